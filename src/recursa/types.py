@@ -1,0 +1,197 @@
+"""Typed data and the Protocols at recursa's seams (models, sandboxes, trace sinks).
+
+Every other module codes against these names; keep them small and stable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+Message = dict[str, Any]  # {"role": "system"|"user"|"assistant", "content": str}
+
+
+# ---------------------------------------------------------------- errors
+class RecursaError(Exception):
+    """Base class of every error recursa raises on purpose."""
+
+
+class ModelError(RecursaError):
+    """A model call failed. `retryable` says whether trying again may help."""
+
+    def __init__(self, message: str, *, retryable: bool = False, status: int | None = None,
+                 retry_after: float | None = None):
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+        self.retry_after = retry_after
+
+
+class BudgetExceeded(RecursaError):
+    """A call would overshoot a limit of the run's Budget. `limit` names which one."""
+
+    def __init__(self, limit: str, message: str | None = None):
+        super().__init__(message or f"budget limit reached: {limit}")
+        self.limit = limit
+
+
+class SandboxError(RecursaError):
+    """The sandbox could not be started or died in a way it could not recover from."""
+
+
+class ContextError(RecursaError, ValueError):
+    """The context given to a run cannot be used (empty, unreadable, wrong type)."""
+
+
+# ---------------------------------------------------------------- models
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+        )
+
+
+class Completion(BaseModel):
+    """One model response. `cost_usd` is None when the model has no known price."""
+
+    text: str
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
+    model: str = ""
+    latency_s: float = 0.0
+    raw: Any = Field(default=None, exclude=True, repr=False)
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """One model behind one protocol family. `name` is the spec string, e.g. 'openai:gpt-5-mini'.
+
+    `complete` raises ModelError (after its own retries) and never returns empty text.
+    Options understood by every client: max_tokens, temperature, stop, timeout.
+    """
+
+    name: str
+
+    async def complete(self, messages: list[Message], **options: Any) -> Completion: ...
+
+    async def aclose(self) -> None: ...
+
+
+# ---------------------------------------------------------------- sandbox
+class ContextPayload(BaseModel):
+    """The context as the sandbox loads it: one file on the host, read once by the worker.
+
+    kind 'text': the file is UTF-8 text and `context` is a str.
+    kind 'json': the file is JSON and `context` is the decoded list / dict.
+    """
+
+    path: str
+    kind: Literal["text", "json"]
+    sha256: str
+    size_bytes: int
+
+
+class Cell(BaseModel):
+    """What one `run(code)` produced."""
+
+    stdout: str = ""
+    stderr: str = ""
+    value: str | None = None            # repr of a trailing expression, if any
+    error: str | None = None            # traceback text (or a sandbox message) if the cell failed
+    elapsed_s: float = 0.0
+    stdout_chars: int = 0               # total characters printed, before any cap
+    stderr_chars: int = 0
+    answer: dict[str, Any] = Field(default_factory=lambda: {"content": "", "ready": False})
+    final: str | None = None            # set by FINAL(...) / FINAL_VAR(...) / answer["ready"]=True
+    variables: list[str] = Field(default_factory=list)  # user names alive after the cell
+    timed_out: bool = False
+    restarted: bool = False             # the worker was restarted during/after this cell
+    lost_variables: list[str] = Field(default_factory=list)
+
+
+# A call from sandboxed code back to the host. kind is one of:
+#   "llm"       args {"prompt": str|list[Message], "model": str|None, "opts": dict} -> str
+#   "llm_batch" args {"prompts": list[...], "model": str|None, "opts": dict}       -> list[str]
+#   "rlm"       args {"prompt": str, "context": Any|None, "opts": dict}             -> str
+#   "rlm_batch" args {"prompts": list[str], "contexts": list|None, "opts": dict}    -> list[str]
+# The handler returns JSON-serialisable data. A failed sub-call is an error *string*
+# in its slot ("Error: ..."), never an exception that fails a whole batch.
+CallHandler = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A persistent Python REPL holding `context`, isolated from the host as far as it says."""
+
+    isolation: str  # human-readable: e.g. "bubblewrap (no network, private fs)" or "none (in-process)"
+
+    async def start(self, payload: ContextPayload, handler: CallHandler) -> None: ...
+
+    async def run(self, code: str, *, timeout: float, max_output_chars: int) -> Cell: ...
+
+    async def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- events
+EventKind = Literal["run", "turn", "cell", "subcall", "child", "final", "error", "tool"]
+
+
+class Event(BaseModel):
+    """One thing worth seeing. `phase` is 'start' or 'end' for spans, 'point' for instants."""
+
+    kind: EventKind
+    id: str
+    parent: str | None = None
+    run_id: str = ""
+    phase: Literal["start", "end", "point"] = "point"
+    t: float = 0.0                      # unix time
+    depth: int = 0
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+@runtime_checkable
+class TraceSink(Protocol):
+    def emit(self, event: Event) -> None: ...
+
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- result
+Status = Literal["final", "extracted", "limit", "error"]
+
+
+class RoleUsage(BaseModel):
+    calls: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = 0.0        # None once any call had an unknown price
+
+
+class Result(BaseModel):
+    answer: str
+    status: Status
+    ready: bool = False                 # the model itself confirmed the answer
+    usage: dict[str, RoleUsage] = Field(default_factory=dict)          # by role: root/sub/child
+    usage_by_model: dict[str, RoleUsage] = Field(default_factory=dict)
+    cost_usd: float | None = 0.0
+    turns: int = 0
+    subcalls: int = 0
+    elapsed_s: float = 0.0
+    trace_path: str | None = None
+    error: str | None = None
+    limit: str | None = None            # which limit ended the run, if one did
+    run_id: str = ""
+
+    def __str__(self) -> str:
+        return self.answer
