@@ -1,5 +1,7 @@
 """recursa: Recursive Language Models."""
 
+from recursa.budget import Budget
+from recursa.rlm import RLM, acompletion, completion
 from recursa.types import (
     BudgetExceeded,
     Cell,
@@ -14,6 +16,10 @@ from recursa.types import (
 )
 
 __all__ = [
+    "RLM",
+    "Budget",
+    "acompletion",
+    "completion",
     "BudgetExceeded",
     "Cell",
     "Completion",

@@ -1,0 +1,45 @@
+# Two commands matter: `make demo` and `make test`. Both work on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+EXTRAS ?= local,dev
+
+.PHONY: install system model demo test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# llama-cpp-python builds from source (about 5 minutes on 2 cores); pip caches the wheel.
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
+	@touch $@
+
+install: system $(STAMP)
+
+# bubblewrap isolates the sandbox; without it recursa runs with resource limits only and says so.
+system:
+	@if ! command -v bwrap >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
+	  else echo "note: bubblewrap missing (sudo apt-get install bubblewrap) - sandbox will use limits only"; fi; \
+	fi
+
+model: install
+	$(BIN)/recursa models fetch qwen2.5-coder-0.5b
+
+demo: model
+	$(BIN)/python examples/demo.py
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks examples
+
+test: model lint
+	$(BIN)/python -m pytest -m "" -q -p no:cacheprovider
+
+test-fast: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info

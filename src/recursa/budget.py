@@ -1,0 +1,156 @@
+"""Budget (the limits of a run) and Ledger (what the whole recursion tree has spent).
+
+One Ledger is shared by a top-level run and every child RLM under it. A model call first
+*reserves* its worst case (estimated input plus its output cap); the reservation is refused if
+it could push a limit past its bound, so concurrent calls cannot jointly overshoot. After the call,
+`settle` replaces the reservation with the truth. The only overshoot left is one call whose real
+usage exceeded its estimate, or the single last-answer turn the root gets at a limit.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from pydantic import BaseModel, Field
+
+from recursa.types import BudgetExceeded, RoleUsage, Usage
+
+
+class Budget(BaseModel):
+    """Limits for one top-level run. None means unlimited."""
+
+    max_iterations: int = Field(30, ge=1, description="root turns per RLM (each child has its own)")
+    max_depth: int = Field(1, ge=0, description="rlm_query depth; at the limit it is a plain call")
+    max_subcalls: int | None = Field(None, ge=0, description="sub-model calls across the tree")
+    max_tokens: int | None = Field(None, ge=1, description="input+output tokens across the tree")
+    max_cost_usd: float | None = Field(None, ge=0)
+    max_seconds: float | None = Field(None, gt=0, description="wall time of the whole run")
+    cell_timeout: float = Field(120.0, gt=0, description="seconds of code time per cell")
+    max_consecutive_errors: int = Field(5, ge=1)
+
+
+@dataclass
+class Reservation:
+    tokens: int
+    cost: float
+    subcall: bool
+    settled: bool = False
+
+
+class Ledger:
+    """Thread-safe spend accounting shared across a recursion tree."""
+
+    def __init__(self, budget: Budget, *, start: float | None = None):
+        self.budget = budget
+        self.start = time.monotonic() if start is None else start
+        self._lock = threading.Lock()
+        self._tokens = 0
+        self._cost = 0.0
+        self._cost_known = True
+        self._subcalls = 0
+        self._reserved_tokens = 0
+        self._reserved_cost = 0.0
+        self._reserved_subcalls = 0
+        self.by_role: dict[str, RoleUsage] = {}
+        self.by_model: dict[str, RoleUsage] = {}
+        self.exhausted: str | None = None   # name of the first limit that refused a call
+
+    # ------------------------------------------------------------ queries
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def remaining_seconds(self) -> float | None:
+        if self.budget.max_seconds is None:
+            return None
+        return self.budget.max_seconds - self.elapsed
+
+    @property
+    def tokens(self) -> int:
+        return self._tokens
+
+    @property
+    def subcalls(self) -> int:
+        return self._subcalls
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self._cost if self._cost_known else None
+
+    @property
+    def cost_spent(self) -> float:
+        """Known cost so far (calls without a price count as 0 here)."""
+        return self._cost
+
+    def limit_reached(self) -> str | None:
+        """The name of a limit already reached by settled spend (not counting reservations)."""
+        b = self.budget
+        if b.max_seconds is not None and self.elapsed >= b.max_seconds:
+            return "max_seconds"
+        if b.max_tokens is not None and self._tokens >= b.max_tokens:
+            return "max_tokens"
+        if b.max_cost_usd is not None and self._cost >= b.max_cost_usd:
+            return "max_cost_usd"
+        if b.max_subcalls is not None and self._subcalls >= b.max_subcalls:
+            return "max_subcalls"
+        return self.exhausted
+
+    # ------------------------------------------------------------ reserve / settle
+    def reserve(self, *, tokens: int, cost: float | None, subcall: bool,
+                force: bool = False) -> Reservation:
+        """Reserve a call's worst case or raise BudgetExceeded naming the limit.
+
+        `force` admits the call regardless (the root's one last answer turn).
+        """
+        cost = cost or 0.0
+        b = self.budget
+        with self._lock:
+            if not force:
+                limit = None
+                if b.max_seconds is not None and self.elapsed >= b.max_seconds:
+                    limit = "max_seconds"
+                elif subcall and b.max_subcalls is not None and (
+                        self._subcalls + self._reserved_subcalls + 1 > b.max_subcalls):
+                    limit = "max_subcalls"
+                elif b.max_tokens is not None and (
+                        self._tokens + self._reserved_tokens + tokens > b.max_tokens):
+                    limit = "max_tokens"
+                elif b.max_cost_usd is not None and (
+                        self._cost + self._reserved_cost + cost > b.max_cost_usd):
+                    limit = "max_cost_usd"
+                if limit:
+                    self.exhausted = self.exhausted or limit
+                    raise BudgetExceeded(limit)
+            self._reserved_tokens += tokens
+            self._reserved_cost += cost
+            self._reserved_subcalls += int(subcall)
+            return Reservation(tokens=tokens, cost=cost, subcall=subcall)
+
+    def settle(self, r: Reservation, *, usage: Usage | None, cost: float | None,
+               role: str, model: str) -> None:
+        """Replace a reservation by what the call really spent (usage None: it failed free)."""
+        with self._lock:
+            if r.settled:
+                return
+            r.settled = True
+            self._reserved_tokens -= r.tokens
+            self._reserved_cost -= r.cost
+            self._reserved_subcalls -= int(r.subcall)
+            if usage is None:
+                return
+            self._tokens += usage.total_tokens
+            self._subcalls += int(r.subcall)
+            if cost is None:
+                self._cost_known = False
+            else:
+                self._cost += cost
+            for table, key in ((self.by_role, role), (self.by_model, model)):
+                ru = table.setdefault(key, RoleUsage())
+                ru.calls += 1
+                ru.usage = ru.usage + usage
+                if cost is None or ru.cost_usd is None:
+                    ru.cost_usd = None
+                else:
+                    ru.cost_usd += cost

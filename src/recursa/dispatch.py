@@ -1,0 +1,189 @@
+"""The one host-side dispatcher every model call of a run goes through, children included.
+
+It owns the concurrency limit, budget reservations, per-call tracing, and turning the REPL's
+`call` requests (llm / llm_batch / rlm / rlm_batch) into model calls or child RLM runs. A failed
+sub-call becomes an error string in its slot; it never fails a batch or the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from recursa.budget import Ledger
+from recursa.context import estimate_tokens
+from recursa.trace import Tracer
+from recursa.types import BudgetExceeded, Completion, Message, ModelClient, RecursaError
+
+DEFAULT_OUTPUT_RESERVE = 2048   # tokens reserved for a call that sets no max_tokens
+PREVIEW = 2000                  # characters of a prompt kept in a subcall event when not full
+
+ChildRunner = Callable[["Node", str, Any], Awaitable[str]]
+
+
+@dataclass
+class Node:
+    """Where in the recursion tree a call comes from."""
+
+    depth: int
+    parent: str            # event id of the cell (or turn) that made the call
+    role: str = "sub"      # role charged for calls made from this node
+
+
+def estimate_cost(client: ModelClient, input_tokens: int, output_tokens: int) -> float | None:
+    est = getattr(client, "estimate_cost", None)
+    if est is None:
+        return None
+    try:
+        return est(input_tokens, output_tokens)
+    except Exception:
+        return None
+
+
+def _messages(prompt: Any) -> list[Message]:
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if isinstance(prompt, list) and all(isinstance(m, dict) and "content" in m for m in prompt):
+        return [{"role": str(m.get("role", "user")), "content": str(m["content"])} for m in prompt]
+    return [{"role": "user", "content": str(prompt)}]
+
+
+class Dispatcher:
+    def __init__(self, *, ledger: Ledger, tracer: Tracer, sub_client: ModelClient,
+                 clients: dict[str, ModelClient], concurrency: int = 32,
+                 max_depth: int = 1, sub_options: dict[str, Any] | None = None,
+                 trace_full_prompts: bool = True):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.ledger = ledger
+        self.tracer = tracer
+        self.sub_client = sub_client
+        self.clients = clients          # the models sandboxed code may name, by spec
+        self.sem = asyncio.Semaphore(concurrency)
+        self.max_depth = max_depth
+        self.sub_options = sub_options or {}
+        self.trace_full_prompts = trace_full_prompts
+        self.child_runner: ChildRunner | None = None
+        self.inflight = 0
+        self.peak_inflight = 0
+
+    # ------------------------------------------------------------ model calls
+    async def call_model(self, client: ModelClient, messages: list[Message], *, role: str,
+                         subcall: bool, options: dict[str, Any] | None = None,
+                         force: bool = False) -> Completion:
+        """Reserve, call under the concurrency limit, settle. Raises ModelError/BudgetExceeded."""
+        options = dict(options or {})
+        est_in = estimate_tokens(sum(len(str(m.get("content", ""))) for m in messages)) \
+            + 4 * len(messages)
+        est_out = int(options.get("max_tokens") or DEFAULT_OUTPUT_RESERVE)
+        res = self.ledger.reserve(tokens=est_in + est_out,
+                                  cost=estimate_cost(client, est_in, est_out),
+                                  subcall=subcall, force=force)
+        remaining = self.ledger.remaining_seconds()
+        if remaining is not None and not force:
+            options["timeout"] = max(1.0, min(remaining, options.get("timeout") or remaining))
+        comp: Completion | None = None
+        try:
+            async with self.sem:
+                self.inflight += 1
+                self.peak_inflight = max(self.peak_inflight, self.inflight)
+                try:
+                    comp = await client.complete(messages, **options)
+                finally:
+                    self.inflight -= 1
+            return comp
+        finally:
+            self.ledger.settle(res, usage=comp.usage if comp else None,
+                               cost=comp.cost_usd if comp else None, role=role,
+                               model=comp.model or client.name if comp else client.name)
+
+    async def llm(self, prompt: Any, model: str | None, opts: dict[str, Any], node: Node) -> str:
+        """One sub-call from sandboxed code: a string answer or an 'Error: ...' string."""
+        t0 = time.time()
+        messages = _messages(prompt)
+        text_in = "\n".join(m["content"] for m in messages)
+        ev = self.tracer.emit("subcall", phase="start", parent=node.parent, depth=node.depth,
+                              model=model or self.sub_client.name,
+                              prompt=text_in if self.trace_full_prompts else text_in[:PREVIEW],
+                              prompt_chars=len(text_in))
+        try:
+            client = self._client(model)
+            options = {**self.sub_options, **_safe_opts(opts)}
+            comp = await self.call_model(client, messages, role=node.role, subcall=True,
+                                         options=options)
+        except BudgetExceeded as e:
+            return self._fail(ev, node, f"Error: {e} (no more sub-calls can be made)", t0)
+        except RecursaError as e:
+            return self._fail(ev, node, f"Error: {e}", t0)
+        except Exception as e:  # a client bug must not kill the run
+            return self._fail(ev, node, f"Error: {type(e).__name__}: {e}", t0)
+        self.tracer.emit("subcall", id=ev, phase="end", parent=node.parent, depth=node.depth,
+                         model=comp.model or client.name, response=comp.text,
+                         usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
+                         latency_s=round(comp.latency_s, 4), elapsed_s=round(time.time() - t0, 4))
+        return comp.text
+
+    def _fail(self, ev: str, node: Node, msg: str, t0: float) -> str:
+        self.tracer.emit("subcall", id=ev, phase="end", parent=node.parent, depth=node.depth,
+                         error=msg, elapsed_s=round(time.time() - t0, 4))
+        return msg
+
+    def _client(self, model: str | None) -> ModelClient:
+        if model is None or model == self.sub_client.name:
+            return self.sub_client
+        if model in self.clients:
+            return self.clients[model]
+        names = ", ".join(sorted({self.sub_client.name, *self.clients}))
+        raise RecursaError(f"model {model!r} is not available to this run; available: {names}")
+
+    # ------------------------------------------------------------ the REPL's calls
+    def handler(self, node: Node) -> Callable[[str, dict[str, Any]], Awaitable[Any]]:
+        async def handle(kind: str, args: dict[str, Any]) -> Any:
+            opts = args.get("opts") or {}
+            if kind == "llm":
+                return await self.llm(args.get("prompt", ""), args.get("model"), opts, node)
+            if kind == "llm_batch":
+                prompts = args.get("prompts") or []
+                if not isinstance(prompts, list):
+                    return "Error: llm_batch takes a list of prompts"
+                return list(await asyncio.gather(
+                    *(self.llm(p, args.get("model"), opts, node) for p in prompts)))
+            if kind == "rlm":
+                return await self.rlm(args.get("prompt", ""), args.get("context"), opts, node)
+            if kind == "rlm_batch":
+                prompts = args.get("prompts") or []
+                contexts = args.get("contexts")
+                if not isinstance(prompts, list):
+                    return "Error: rlm_batch takes a list of prompts"
+                if contexts is not None and (not isinstance(contexts, list)
+                                             or len(contexts) != len(prompts)):
+                    return [f"Error: rlm_batch got {len(prompts)} prompts but contexts is not "
+                            f"a list of the same length"] * len(prompts)
+                ctxs = contexts or [None] * len(prompts)
+                return list(await asyncio.gather(
+                    *(self.rlm(p, c, opts, node) for p, c in zip(prompts, ctxs, strict=True))))
+            return f"Error: unknown call {kind!r}"
+        return handle
+
+    async def rlm(self, prompt: Any, context: Any, opts: dict[str, Any], node: Node) -> str:
+        """A child RLM one level down; at max_depth, a plain model call instead."""
+        if node.depth + 1 > self.max_depth or self.child_runner is None:
+            text = prompt if context is None else f"{prompt}\n\n{context}"
+            return await self.llm(text, opts.pop("model", None), opts, node)
+        try:
+            return await self.child_runner(node, str(prompt), context)
+        except RecursaError as e:
+            return f"Error: child RLM failed: {e}"
+        except Exception as e:
+            return f"Error: child RLM failed: {type(e).__name__}: {e}"
+
+
+_ALLOWED_OPTS = {"max_tokens", "temperature", "top_p", "stop", "seed"}
+
+
+def _safe_opts(opts: dict[str, Any]) -> dict[str, Any]:
+    """Only sampling options pass from sandboxed code: never base URLs, keys or timeouts."""
+    return {k: v for k, v in opts.items() if k in _ALLOWED_OPTS}

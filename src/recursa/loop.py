@@ -1,0 +1,233 @@
+"""The RLM loop: one root model, one sandboxed REPL, turn after turn until the answer is ready.
+
+`run_loop` serves the top-level run and every child RLM; `RunEnv` is what they share (budget
+ledger, dispatcher, tracer, clients, settings).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recursa import context as ctx
+from recursa import prompts
+from recursa.budget import Budget, Ledger
+from recursa.dispatch import Dispatcher, Node
+from recursa.parse import code_blocks, format_cell
+from recursa.trace import Tracer
+from recursa.types import (
+    BudgetExceeded,
+    ContextError,
+    Message,
+    ModelClient,
+    ModelError,
+    Result,
+    Sandbox,
+)
+
+KEEP = "KEEP"
+
+
+@dataclass
+class RunEnv:
+    budget: Budget
+    ledger: Ledger
+    tracer: Tracer
+    dispatcher: Dispatcher
+    root_client: ModelClient
+    make_sandbox: Callable[[], Sandbox]
+    max_output_chars: int = 8192
+    root_options: dict[str, Any] = field(default_factory=dict)
+    tips: str | None = None
+    tool_names: list[str] | None = None
+    system_template: str | None = None
+    sub_context_chars: int = 100_000
+
+
+@dataclass
+class _State:
+    """What a run has so far; whatever happens, a Result is built from it."""
+
+    answer: dict[str, Any] = field(default_factory=lambda: {"content": "", "ready": False})
+    final: str | None = None
+    turns: int = 0
+    limit: str | None = None
+    error: Exception | str | None = None
+    consecutive_errors: int = 0
+
+
+async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
+                   parent: str | None = None) -> Result:
+    t0 = time.monotonic()
+    kind = "run" if depth == 0 else "child"
+    run_ev = env.tracer.emit(kind, phase="start", parent=parent, depth=depth, query=query,
+                             model=env.root_client.name, budget=env.budget.model_dump())
+    st = _State()
+    workdir = Path(tempfile.mkdtemp(prefix="recursa-ctx-"))
+    sandbox: Sandbox | None = None
+    try:
+        prep = ctx.prepare(context, workdir)
+        env.tracer.emit("run", parent=run_ev, depth=depth, context_sha256=prep.payload.sha256,
+                        context_bytes=prep.payload.size_bytes, context_chars=prep.chars,
+                        description=prep.description)
+        sandbox = env.make_sandbox()
+        node = Node(depth=depth, parent=run_ev, role="sub")
+        await sandbox.start(prep.payload, env.dispatcher.handler(node))
+        env.tracer.emit("run", parent=run_ev, depth=depth, sandbox=sandbox.isolation)
+        messages = _first_messages(env, query, prep.description)
+        await _turns(env, st, sandbox, node, messages, query, depth, run_ev)
+        if st.final is None and not isinstance(st.error, ModelError):
+            await _last_turn(env, st, messages, query, depth, run_ev)
+    except ContextError as e:
+        st.error = e
+        if depth == 0:
+            raise
+    except BudgetExceeded as e:
+        st.limit = e.limit
+    except Exception as e:   # an unexpected failure still yields a Result with the spend
+        st.error = e
+    finally:
+        if sandbox is not None:
+            await sandbox.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+        res = _result(env, st, t0, depth)
+        env.tracer.emit("final", parent=run_ev, depth=depth, answer=res.answer,
+                        status=res.status, ready=res.ready, limit=res.limit, error=res.error)
+        env.tracer.emit(kind, id=run_ev, phase="end", parent=parent, depth=depth,
+                        status=res.status, turns=res.turns, elapsed_s=res.elapsed_s,
+                        cost_usd=res.cost_usd, tokens=env.ledger.tokens,
+                        subcalls=env.ledger.subcalls)
+    return res
+
+
+async def _turns(env: RunEnv, st: _State, sandbox: Sandbox, node: Node,
+                 messages: list[Message], query: str, depth: int, run_ev: str) -> None:
+    """Model writes code, sandbox runs it, output goes back; until final or a limit."""
+    b = env.budget
+    role = "root" if depth == 0 else "child"
+    while True:
+        st.limit = env.ledger.limit_reached() or (
+            "max_iterations" if st.turns >= b.max_iterations else None)
+        if st.limit:
+            return
+        turn_ev = env.tracer.emit("turn", phase="start", parent=run_ev, depth=depth,
+                                  turn=st.turns + 1)
+        try:
+            comp = await env.dispatcher.call_model(env.root_client, messages, role=role,
+                                                   subcall=False, options=env.root_options)
+        except BudgetExceeded as e:
+            st.limit = e.limit
+            env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth,
+                            error=str(e))
+            return
+        except ModelError as e:
+            st.error = e
+            env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth,
+                            error=str(e))
+            return
+        st.turns += 1
+        messages.append({"role": "assistant", "content": comp.text})
+        blocks = code_blocks(comp.text)
+        outputs: list[str] = []
+        failed = 0
+        for i, code in enumerate(blocks):
+            cell_ev = env.tracer.emit("cell", phase="start", parent=turn_ev, depth=depth,
+                                      index=i, code=code)
+            node.parent = cell_ev
+            remaining = env.ledger.remaining_seconds()
+            timeout = b.cell_timeout if remaining is None else max(1.0, min(b.cell_timeout,
+                                                                             remaining))
+            cell = await sandbox.run(code, timeout=timeout, max_output_chars=env.max_output_chars)
+            shown = format_cell(cell, env.max_output_chars // len(blocks))
+            failed += cell.error is not None
+            st.answer = cell.answer
+            env.tracer.emit("cell", id=cell_ev, phase="end", parent=turn_ev, depth=depth,
+                            output=shown, error=cell.error is not None,
+                            elapsed_s=round(cell.elapsed_s, 4), timed_out=cell.timed_out,
+                            restarted=cell.restarted, ready=cell.final is not None)
+            outputs.append(shown if len(blocks) == 1 else f"[block {i + 1}]\n{shown}")
+            if cell.final is not None:
+                st.final = cell.final
+                break
+        env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth,
+                        text=comp.text, usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
+                        model=comp.model, latency_s=round(comp.latency_s, 4), blocks=len(blocks))
+        if st.final is not None:
+            return
+        st.consecutive_errors = st.consecutive_errors + 1 if (not blocks or failed == len(blocks)) \
+            else 0
+        if st.consecutive_errors >= b.max_consecutive_errors:
+            st.limit = "max_consecutive_errors"
+            return
+        feedback = "\n\n".join(outputs) if blocks else prompts.NO_CODE
+        messages.append({"role": "user", "content": feedback + "\n\n" + prompts.CONTINUE.format(
+            query=query[:500])})
+
+
+async def _last_turn(env: RunEnv, st: _State, messages: list[Message], query: str, depth: int,
+                     run_ev: str) -> None:
+    """At a limit: one no-code turn asks for the answer (admitted past the budget)."""
+    draft = str(st.answer.get("content") or "")
+    msg = prompts.LAST_TURN.format(limit=st.limit or "error", query=query[:500])
+    if draft:
+        msg += (f'\n\nYour answer["content"] so far ({len(draft):,} chars) begins: {draft[:500]!r}'
+                f"\nReply with exactly {KEEP} to keep it as the final answer.")
+    turn_ev = env.tracer.emit("turn", phase="start", parent=run_ev, depth=depth, last=True)
+    try:
+        comp = await env.dispatcher.call_model(
+            env.root_client, [*messages, {"role": "user", "content": msg}],
+            role="root" if depth == 0 else "child", subcall=False,
+            options=env.root_options, force=True)
+    except ModelError as e:
+        env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth, error=str(e))
+        if st.error is None and st.limit is None:
+            st.error = e
+        return
+    env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth, text=comp.text,
+                    usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, last=True)
+    text = comp.text.strip()
+    st.answer = {"content": draft if (draft and text.strip("`'\". ").upper() == KEEP) else text,
+                 "ready": False}
+
+
+def _first_messages(env: RunEnv, query: str, description: str) -> list[Message]:
+    first_line = description.splitlines()[0] if description else ""
+    ctype = first_line.removeprefix("source: ") if first_line.startswith("source:") else first_line
+    system = prompts.system_prompt(context_type=ctype.removeprefix("type: "),
+                                   max_output_chars=env.max_output_chars,
+                                   sub_chars=env.sub_context_chars, tips=env.tips,
+                                   tool_names=env.tool_names, template=env.system_template)
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": prompts.FIRST_USER.format(query=query,
+                                                                  description=description)}]
+
+
+def _result(env: RunEnv, st: _State, t0: float, depth: int) -> Result:
+    if st.final is not None:
+        status, answer, ready = "final", st.final, True
+    else:
+        answer, ready = str(st.answer.get("content") or ""), False
+        if st.error is not None and st.limit is None:
+            status = "error"
+        elif st.limit in (None, "max_iterations"):
+            status = "extracted"
+        elif st.limit == "max_consecutive_errors":
+            status = "error"
+        else:
+            status = "limit"
+    err = st.error
+    error = f"{type(err).__name__}: {err}" if isinstance(err, Exception) else err
+    if status == "error" and error is None and st.limit:
+        error = f"stopped after {env.budget.max_consecutive_errors} consecutive failed turns"
+    return Result(answer=answer, status=status, ready=ready,
+                  usage={k: v.model_copy(deep=True) for k, v in env.ledger.by_role.items()},
+                  usage_by_model={k: v.model_copy(deep=True)
+                                  for k, v in env.ledger.by_model.items()},
+                  cost_usd=env.ledger.cost_usd, turns=st.turns, subcalls=env.ledger.subcalls,
+                  elapsed_s=round(time.monotonic() - t0, 4), error=error, limit=st.limit,
+                  run_id=env.tracer.run_id)

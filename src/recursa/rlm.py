@@ -1,0 +1,209 @@
+"""The public RLM class: configuration, one async core, a thin sync wrapper."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from recursa.budget import Budget, Ledger
+from recursa.dispatch import Dispatcher, Node
+from recursa.loop import RunEnv, run_loop
+from recursa.trace import CallbackSink, JsonlSink, Tracer, new_id
+from recursa.types import Event, ModelClient, Result, Sandbox, TraceSink
+
+_BUDGET_FIELDS = set(Budget.model_fields)
+
+
+class RLM:
+    """A Recursive Language Model.
+
+    >>> rlm = RLM(model="openai:gpt-5", sub_model="openai:gpt-5-mini", max_cost_usd=1.0)
+    >>> res = rlm.completion("Which customer complained most often?", context=huge_text)
+
+    `model` / `sub_model` are spec strings (`openai:...`, `anthropic:...`, `local:...`, ...) or
+    ModelClient objects; `base_url` / `api_key` apply to the root model and, unless
+    `sub_base_url` / `sub_api_key` are given, to a sub-model of the same provider. Limits
+    (`max_iterations`, `max_depth`, `max_subcalls`, `max_tokens`, `max_cost_usd`, `max_seconds`,
+    `cell_timeout`, `max_consecutive_errors`) may be given one by one or as `budget=Budget(...)`,
+    and overridden per call.
+    """
+
+    def __init__(self, model: str | ModelClient | None = None,
+                 sub_model: str | ModelClient | None = None, *,
+                 base_url: str | None = None, api_key: str | None = None,
+                 sub_base_url: str | None = None, sub_api_key: str | None = None,
+                 models: dict[str, str | ModelClient] | None = None,
+                 sandbox: str | Callable[[], Sandbox] = "local",
+                 sandbox_options: dict[str, Any] | None = None,
+                 budget: Budget | None = None, max_output_chars: int = 8192,
+                 concurrency: int = 32, trace_dir: str | Path | None = None,
+                 trace_path: str | Path | None = None,
+                 on_event: Callable[[Event], Any] | None = None,
+                 sinks: list[TraceSink] | None = None,
+                 tips: str | None = None, system_prompt: str | None = None,
+                 model_options: dict[str, Any] | None = None,
+                 sub_model_options: dict[str, Any] | None = None,
+                 client_options: dict[str, Any] | None = None,
+                 **limits: Any):
+        unknown = set(limits) - _BUDGET_FIELDS
+        if unknown:
+            raise TypeError(f"RLM() got unknown option(s): {', '.join(sorted(unknown))}")
+        if model is None:
+            from recursa.models import default_model_spec
+            model, _reason = default_model_spec(os.environ)
+        self.model = model
+        self.sub_model = sub_model if sub_model is not None else model
+        self.base_url, self.api_key = base_url, api_key
+        self.sub_base_url, self.sub_api_key = sub_base_url, sub_api_key
+        self.models = dict(models or {})
+        self.sandbox = sandbox
+        self.sandbox_options = dict(sandbox_options or {})
+        self.budget = (budget or Budget()).model_copy(update=limits)
+        Budget.model_validate(self.budget.model_dump())   # re-validate the merged limits
+        if max_output_chars < 256:
+            raise ValueError("max_output_chars must be at least 256")
+        self.max_output_chars = max_output_chars
+        self.concurrency = concurrency
+        self.trace_dir = Path(trace_dir) if trace_dir else None
+        self.trace_path = Path(trace_path) if trace_path else None
+        self.on_event = on_event
+        self.sinks = list(sinks or [])
+        self.tips = tips
+        self.system_prompt = system_prompt
+        self.model_options = dict(model_options or {})
+        self.sub_model_options = dict(sub_model_options or {})
+        self.client_options = dict(client_options or {})
+        self.tool_names: list[str] | None = None
+
+    # ------------------------------------------------------------ public API
+    def completion(self, query: str, context: Any = None, **limits: Any) -> Result:
+        """Blocking twin of `acompletion`; safe to call from inside a running event loop."""
+        coro = self.acompletion(query, context, **limits)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, coro).result()
+
+    async def acompletion(self, query: str, context: Any = None, **limits: Any) -> Result:
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        unknown = set(limits) - _BUDGET_FIELDS
+        if unknown:
+            raise TypeError(f"unknown limit(s): {', '.join(sorted(unknown))}")
+        budget = Budget.model_validate({**self.budget.model_dump(), **limits})
+        run_id = new_id()
+        trace_path = self._trace_file(run_id)
+        sinks: list[TraceSink] = list(self.sinks)
+        if trace_path:
+            sinks.append(JsonlSink(trace_path, redact=self._redactor()))
+        if self.on_event:
+            sinks.append(CallbackSink(self.on_event))
+        tracer = Tracer(sinks, run_id)
+        owned: list[ModelClient] = []
+        try:
+            root = self._client(self.model, self.base_url, self.api_key, owned)
+            sub = root if self.sub_model == self.model else self._client(
+                self.sub_model, self.sub_base_url or self._same_provider_url(),
+                self.sub_api_key or self._same_provider_key(), owned)
+            extra = {name: self._client(spec, self.base_url, self.api_key, owned)
+                     for name, spec in self.models.items()}
+            extra.setdefault(root.name, root)
+            ledger = Ledger(budget)
+            dispatcher = Dispatcher(ledger=ledger, tracer=tracer, sub_client=sub, clients=extra,
+                                    concurrency=self.concurrency, max_depth=budget.max_depth,
+                                    sub_options=self.sub_model_options)
+            env = RunEnv(budget=budget, ledger=ledger, tracer=tracer, dispatcher=dispatcher,
+                         root_client=root, make_sandbox=self._make_sandbox,
+                         max_output_chars=self.max_output_chars, root_options=self.model_options,
+                         tips=self.tips, tool_names=self.tool_names,
+                         system_template=self.system_prompt,
+                         sub_context_chars=_context_chars(sub))
+
+            async def child(node: Node, prompt: str, context: Any) -> str:
+                query = prompt
+                if context is None:   # as in the reference library: the prompt is the context
+                    context = prompt
+                    query = (prompt if len(prompt) <= 1500 else prompt[:1500] + " ...") + \
+                        "\n(The full request is the REPL variable `context`.)"
+                res = await run_loop(env, query, context, depth=node.depth + 1,
+                                     parent=node.parent)
+                if res.status == "error" and not res.answer:
+                    return f"Error: child RLM failed: {res.error}"
+                return res.answer
+
+            dispatcher.child_runner = child
+            res = await run_loop(env, query, context)
+        finally:
+            for c in owned:
+                try:
+                    await c.aclose()
+                except Exception:
+                    pass
+            tracer.close()
+        res.trace_path = str(trace_path) if trace_path else None
+        return res
+
+    # ------------------------------------------------------------ helpers
+    def _client(self, spec: str | ModelClient, base_url: str | None, api_key: str | None,
+                owned: list[ModelClient]) -> ModelClient:
+        if not isinstance(spec, str):
+            return spec
+        from recursa.models import make_client
+        opts = dict(self.client_options)
+        if base_url and spec.split(":", 1)[0] in ("openai", "vllm", "openrouter"):
+            opts["base_url"] = base_url
+        if api_key:
+            opts["api_key"] = api_key
+        client = make_client(spec, **opts)
+        owned.append(client)
+        return client
+
+    def _provider(self, spec: Any) -> str | None:
+        return spec.split(":", 1)[0] if isinstance(spec, str) else None
+
+    def _same_provider_url(self) -> str | None:
+        same = self._provider(self.sub_model) == self._provider(self.model)
+        return self.base_url if same else None
+
+    def _same_provider_key(self) -> str | None:
+        same = self._provider(self.sub_model) == self._provider(self.model)
+        return self.api_key if same else None
+
+    def _make_sandbox(self) -> Sandbox:
+        if callable(self.sandbox):
+            return self.sandbox()
+        from recursa.sandbox import make_sandbox
+        return make_sandbox(self.sandbox, **self.sandbox_options)
+
+    def _trace_file(self, run_id: str) -> Path | None:
+        if self.trace_path:
+            return self.trace_path
+        if self.trace_dir:
+            return self.trace_dir / f"run-{run_id}.jsonl"
+        return None
+
+    def _redactor(self) -> Callable[[str], str]:
+        from recursa.trace import Redactor
+        return Redactor([k for k in (self.api_key, self.sub_api_key) if k])
+
+
+def _context_chars(client: ModelClient) -> int:
+    """How many characters a sub-model can read at once, from its window when it knows it."""
+    window = getattr(client, "context_window", None)
+    return int(window * 3) if window else 100_000
+
+
+async def acompletion(query: str, context: Any = None, **kwargs: Any) -> Result:
+    """One-shot async RLM run; kwargs go to RLM()."""
+    return await RLM(**kwargs).acompletion(query, context)
+
+
+def completion(query: str, context: Any = None, **kwargs: Any) -> Result:
+    """One-shot blocking RLM run; kwargs go to RLM()."""
+    return RLM(**kwargs).completion(query, context)
