@@ -1,0 +1,144 @@
+"""Anthropic's Messages API via the official `anthropic` SDK (async)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anthropic
+
+from ..types import Completion, Message, Usage
+from .pricing import cost_usd
+from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
+
+log = logging.getLogger("recursa.models")
+
+_PASSTHROUGH = ("top_p", "top_k", "metadata", "thinking", "service_tier", "extra_headers",
+                "extra_query")
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def split_system(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Anthropic takes the system prompt apart from the turns, and wants user/assistant turns
+    to alternate: system messages are joined into `system`, consecutive same-role turns merged."""
+    system_parts: list[str] = []
+    turns: list[dict[str, Any]] = []
+    for m in messages:
+        role = m.get("role", "user")
+        text = _text_of(m.get("content"))
+        if role == "system":
+            system_parts.append(text)
+            continue
+        role = "assistant" if role == "assistant" else "user"
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"] += "\n\n" + text
+        else:
+            turns.append({"role": role, "content": text})
+    if not turns or turns[0]["role"] != "user":
+        turns.insert(0, {"role": "user", "content": "(continue)"})
+    return ("\n\n".join(system_parts) or None), turns
+
+
+class AnthropicClient:
+    """Same contract and retry policy as OpenAIClient. `max_tokens` defaults to
+    `default_max_tokens` (the API requires one). Usage: input_tokens counts fresh + cache-read +
+    cache-write tokens; cached_tokens the cache reads."""
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 name: str | None = None, max_retries: int = 4, retry_base_delay: float = 0.5,
+                 retry_max_delay: float = 30.0, timeout: float = 600.0,
+                 default_max_tokens: int = 8192, prices: Mapping[str, Any] | None = None,
+                 default_options: dict[str, Any] | None = None, http_client: Any = None) -> None:
+        self.model = model
+        self.name = name or f"anthropic:{model}"
+        api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+        if not api_key:
+            if base_url is None:
+                raise ValueError(f"{self.name}: no API key (set ANTHROPIC_API_KEY or pass api_key=)")
+            api_key = "EMPTY"
+        self.base_url = base_url or "https://api.anthropic.com"
+        self.policy = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay,
+                                  max_delay=retry_max_delay)
+        self.stats = RetryStats()
+        self.timeout = timeout
+        self.default_max_tokens = default_max_tokens
+        self.prices = prices
+        self.default_options = dict(default_options or {})
+        self._warned: set[str] = set()
+        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=self.base_url,
+                                                max_retries=0, timeout=timeout,
+                                                http_client=http_client)
+
+    def __repr__(self) -> str:
+        return f"AnthropicClient({self.name!r}, base_url={self.base_url!r})"
+
+    @property
+    def _where(self) -> str:
+        return f"model {self.model!r} at {self.base_url}"
+
+    def _request(self, messages: list[Message], options: dict[str, Any]) -> dict[str, Any]:
+        opts = {**self.default_options, **options}
+        system, turns = split_system(messages)
+        kw: dict[str, Any] = {
+            "model": self.model, "messages": turns,
+            "max_tokens": int(opts.pop("max_tokens", None) or self.default_max_tokens),
+            "timeout": opts.pop("timeout", None) or self.timeout,
+        }
+        if system:
+            kw["system"] = system
+        temperature = opts.pop("temperature", None)
+        if temperature is not None:
+            kw["temperature"] = temperature
+        stop = opts.pop("stop", None)
+        if stop:
+            kw["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+        extra_body = opts.pop("extra_body", None)
+        if extra_body:
+            kw["extra_body"] = extra_body
+        for key in _PASSTHROUGH:
+            if key in opts:
+                kw[key] = opts.pop(key)
+        for key in opts:
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning("%s: ignoring unknown option %r", self.name, key)
+        return kw
+
+    async def complete(self, messages: list[Message], **options: Any) -> Completion:
+        kw = self._request(messages, options)
+        t0 = time.perf_counter()
+
+        async def attempt() -> tuple[Any, str]:
+            try:
+                resp = await self._client.messages.create(**kw)
+            except Exception as e:
+                raise model_error_from_sdk(e, anthropic, where=self._where) from e
+            text = "".join(getattr(b, "text", "") for b in (resp.content or [])
+                           if getattr(b, "type", None) == "text")
+            if not text:
+                raise EmptyResponseError(
+                    f"{self._where} returned no text (stop_reason={resp.stop_reason})")
+            return resp, text
+
+        resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
+        u = resp.usage
+        read = u.cache_read_input_tokens or 0
+        write = u.cache_creation_input_tokens or 0
+        usage = Usage(input_tokens=(u.input_tokens or 0) + read + write,
+                      output_tokens=u.output_tokens or 0, cached_tokens=read)
+        cost = cost_usd(self.model, usage, cache_write_tokens=write, overrides=self.prices)
+        return Completion(text=text, usage=usage, cost_usd=cost, model=resp.model or self.model,
+                          latency_s=time.perf_counter() - t0, raw=resp)
+
+    async def aclose(self) -> None:
+        await self._client.close()

@@ -1,0 +1,165 @@
+"""Any OpenAI-compatible chat-completions endpoint: OpenAI, OpenRouter, vLLM, SGLang, Ollama,
+llama.cpp server... via the official `openai` SDK (async)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import openai
+
+from ..types import Completion, Message, ModelError, Usage
+from .pricing import cost_usd
+from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
+
+log = logging.getLogger("recursa.models")
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
+
+# Options passed straight to chat.completions.create when given; anything else is ignored
+# with a warning (sandboxed code may pass options meant for another client).
+_PASSTHROUGH = ("top_p", "seed", "reasoning_effort", "response_format", "presence_penalty",
+                "frequency_penalty", "logit_bias", "user", "service_tier", "verbosity",
+                "prompt_cache_key", "extra_headers", "extra_query")
+
+# OpenAI reasoning models reject any temperature other than the default.
+_REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
+
+
+class OpenAIClient:
+    """`complete(messages, max_tokens=, temperature=, stop=, timeout=, extra_body=, ...)`.
+
+    Retries (ours, counted in `.stats`): 429 / 408 / 409 / 5xx / timeouts / connection errors /
+    malformed bodies, up to `max_retries` times, exponential backoff with full jitter, honouring
+    `Retry-After`. A reply without text is retried once, then raises ModelError("... returned no
+    text"). Other 4xx raise ModelError at once. `latency_s` is the wall time of the whole call,
+    retries included.
+    """
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 name: str | None = None, provider: str = "openai", max_retries: int = 4,
+                 retry_base_delay: float = 0.5, retry_max_delay: float = 30.0,
+                 timeout: float = 600.0, prices: Mapping[str, Any] | None = None,
+                 max_tokens_param: str | None = None, default_options: dict[str, Any] | None = None,
+                 default_headers: dict[str, str] | None = None, http_client: Any = None) -> None:
+        self.model = model
+        self.provider = provider
+        self.name = name or f"{provider}:{model}"
+        self.base_url = base_url or OPENAI_BASE_URL
+        hosted_openai = base_url is None or "api.openai.com" in self.base_url
+        if api_key is None:
+            api_key = os.environ.get("OPENAI_API_KEY") if hosted_openai else None
+        if api_key is None:
+            if hosted_openai:
+                raise ValueError(f"{self.name}: no API key (set OPENAI_API_KEY or pass api_key=)")
+            api_key = "EMPTY"  # self-hosted servers usually need none, the SDK wants a string
+        # api.openai.com wants max_completion_tokens (reasoning models reject max_tokens);
+        # most compatible servers only know max_tokens.
+        self.max_tokens_param = max_tokens_param or (
+            "max_completion_tokens" if hosted_openai else "max_tokens")
+        self._drop_temperature = hosted_openai and bool(_REASONING_MODEL.match(model))
+        self.policy = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay,
+                                  max_delay=retry_max_delay)
+        self.stats = RetryStats()
+        self.timeout = timeout
+        self.prices = prices
+        self.default_options = dict(default_options or {})
+        self._warned: set[str] = set()
+        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url,
+                                          max_retries=0, timeout=timeout,
+                                          default_headers=default_headers,
+                                          http_client=http_client)
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAIClient({self.name!r}, base_url={self.base_url!r})"
+
+    @property
+    def _where(self) -> str:
+        return f"model {self.model!r} at {self.base_url}"
+
+    def _request(self, messages: list[Message], options: dict[str, Any]) -> dict[str, Any]:
+        opts = {**self.default_options, **options}
+        kw: dict[str, Any] = {"model": self.model, "messages": messages,
+                              "timeout": opts.pop("timeout", None) or self.timeout}
+        max_tokens = opts.pop("max_tokens", None)
+        if max_tokens is not None:
+            kw[self.max_tokens_param] = int(max_tokens)
+        temperature = opts.pop("temperature", None)
+        if temperature is not None and not (self._drop_temperature and temperature != 1):
+            kw["temperature"] = temperature
+        stop = opts.pop("stop", None)
+        if stop:
+            kw["stop"] = stop
+        extra_body = opts.pop("extra_body", None)
+        if extra_body:
+            kw["extra_body"] = extra_body
+        for key in _PASSTHROUGH:
+            if key in opts:
+                kw[key] = opts.pop(key)
+        for key in opts:
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning("%s: ignoring unknown option %r", self.name, key)
+        return kw
+
+    async def complete(self, messages: list[Message], **options: Any) -> Completion:
+        kw = self._request(messages, options)
+        t0 = time.perf_counter()
+
+        async def attempt() -> Any:
+            try:
+                return await self._client.chat.completions.create(**kw)
+            except Exception as e:
+                raise model_error_from_sdk(e, openai, where=self._where) from e
+
+        async def attempt_with_text() -> tuple[Any, str]:
+            resp = await attempt()
+            return resp, self._text(resp)
+
+        resp, text = await with_retries(attempt_with_text, self.policy, self.stats,
+                                        what=self.name)
+        usage, cost = self._usage_and_cost(resp)
+        return Completion(text=text, usage=usage, cost_usd=cost,
+                          model=getattr(resp, "model", None) or self.model,
+                          latency_s=time.perf_counter() - t0, raw=resp)
+
+    def _text(self, resp: Any) -> str:
+        if not isinstance(resp, openai.BaseModel) and isinstance(resp, str | bytes):
+            # Some servers answer 200 with a non-JSON body; the SDK then hands back the text.
+            raise ModelError(f"{self._where}: malformed response (not JSON): {resp[:200]!r}",
+                             retryable=True)
+        choices = getattr(resp, "choices", None)
+        if not choices:
+            raise EmptyResponseError(f"{self._where} returned no text (no choices)")
+        choice = choices[0]
+        content = getattr(choice.message, "content", None) if choice.message else None
+        if not content:
+            why = f"finish_reason={choice.finish_reason}"
+            if choice.finish_reason == "length":
+                why += ": max_tokens too small?"
+            raise EmptyResponseError(f"{self._where} returned no text ({why})")
+        return content
+
+    def _usage_and_cost(self, resp: Any) -> tuple[Usage, float | None]:
+        u = getattr(resp, "usage", None)
+        if u is None:  # some servers send none: we cannot price what we cannot count
+            return Usage(), None
+        details = getattr(u, "prompt_tokens_details", None)
+        cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
+        usage = Usage(input_tokens=u.prompt_tokens or 0, output_tokens=u.completion_tokens or 0,
+                      cached_tokens=cached)
+        reported = (u.model_extra or {}).get("cost")  # OpenRouter reports the charged cost
+        if isinstance(reported, int | float):
+            return usage, float(reported)
+        cost = cost_usd(self.model, usage, overrides=self.prices)
+        if cost is None and getattr(resp, "model", None):
+            cost = cost_usd(resp.model, usage, overrides=self.prices)
+        return usage, cost
+
+    async def aclose(self) -> None:
+        await self._client.close()

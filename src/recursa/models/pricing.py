@@ -1,0 +1,124 @@
+"""Prices of hosted models, so a run can report and limit its cost in USD.
+
+An unknown model has cost None ("we don't know"), never 0.0: a budget that silently counted an
+unpriced model as free would never stop. Local models (llama.cpp in-process) are free: 0.0.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..types import Usage
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per 1M tokens. `cached_input` is the price of prompt tokens served from cache;
+    `cache_write` (Anthropic) the price of writing them, defaulting to 1.25x input."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+    cache_write: float | None = None
+
+
+# Published list prices (standard tier, USD per 1M tokens) as of 2025-11.
+# Check the providers' pricing pages when it matters; override with register_price().
+_BUILTIN: dict[str, Price] = {
+    # OpenAI
+    "gpt-5": Price(1.25, 10.00, 0.125),
+    "gpt-5.1": Price(1.25, 10.00, 0.125),
+    "gpt-5-mini": Price(0.25, 2.00, 0.025),
+    "gpt-5-nano": Price(0.05, 0.40, 0.005),
+    "gpt-5-chat-latest": Price(1.25, 10.00, 0.125),
+    "gpt-4.1": Price(2.00, 8.00, 0.50),
+    "gpt-4.1-mini": Price(0.40, 1.60, 0.10),
+    "gpt-4.1-nano": Price(0.10, 0.40, 0.025),
+    "gpt-4o": Price(2.50, 10.00, 1.25),
+    "gpt-4o-mini": Price(0.15, 0.60, 0.075),
+    "o1": Price(15.00, 60.00, 7.50),
+    "o3": Price(2.00, 8.00, 0.50),
+    "o3-mini": Price(1.10, 4.40, 0.55),
+    "o4-mini": Price(1.10, 4.40, 0.275),
+    # Anthropic (cached_input = cache read = 0.1x input; cache write = 1.25x input)
+    "claude-opus-4-5": Price(5.00, 25.00, 0.50),
+    "claude-opus-4-1": Price(15.00, 75.00, 1.50),
+    "claude-opus-4": Price(15.00, 75.00, 1.50),
+    "claude-sonnet-4-5": Price(3.00, 15.00, 0.30),
+    "claude-sonnet-4": Price(3.00, 15.00, 0.30),
+    "claude-3-7-sonnet": Price(3.00, 15.00, 0.30),
+    "claude-haiku-4-5": Price(1.00, 5.00, 0.10),
+    "claude-3-5-haiku": Price(0.80, 4.00, 0.08),
+}
+
+_lock = threading.Lock()
+_registered: dict[str, Price] = {}
+
+_SPEC_PREFIXES = frozenset({"openai", "anthropic", "openrouter", "vllm", "local", "replay"})
+_DATE_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
+
+
+def normalize_model_name(model: str) -> str:
+    """'openrouter:anthropic/claude-sonnet-4.5' -> 'claude-sonnet-4-5';
+    'gpt-4o-mini-2024-07-18' -> 'gpt-4o-mini'. Dots become dashes on both sides of the lookup,
+    so 'gpt-4.1' and OpenRouter's 'claude-sonnet-4.5' both match."""
+    name = model.strip().lower()
+    prefix, sep, rest = name.partition(":")
+    if sep and prefix in _SPEC_PREFIXES:  # only our spec prefixes: 'llama3:8b' keeps its tag
+        name = rest
+    name = name.rsplit("/", 1)[-1]
+    name = _DATE_SUFFIX.sub("", name)
+    return name.replace(".", "-")
+
+
+def _table() -> dict[str, Price]:
+    with _lock:
+        merged = {normalize_model_name(k): v for k, v in _BUILTIN.items()}
+        merged.update(_registered)
+    return merged
+
+
+def register_price(model: str, *, input: float, output: float,  # noqa: A002 - mirrors Price
+                   cached_input: float | None = None, cache_write: float | None = None) -> None:
+    """Set (or replace) the price of `model` for this process. USD per 1M tokens."""
+    with _lock:
+        _registered[normalize_model_name(model)] = Price(input, output, cached_input, cache_write)
+
+
+def _coerce(p: Price | Mapping[str, float] | tuple[float, ...]) -> Price:
+    if isinstance(p, Price):
+        return p
+    if isinstance(p, Mapping):
+        return Price(**p)
+    return Price(*p)
+
+
+def price_for(model: str, overrides: Mapping[str, object] | None = None) -> Price | None:
+    """The price of `model`, or None if unknown. `overrides` ({model: Price | dict | tuple})
+    wins over registered prices, which win over the built-in table."""
+    key = normalize_model_name(model)
+    if overrides:
+        for name, p in overrides.items():
+            if normalize_model_name(name) == key:
+                return _coerce(p)  # type: ignore[arg-type]
+    return _table().get(key)
+
+
+def cost_usd(model: str, usage: Usage, *, cache_write_tokens: int = 0,
+             overrides: Mapping[str, object] | None = None) -> float | None:
+    """USD for one call. `usage.input_tokens` includes cached and cache-write tokens (the OpenAI
+    convention; the Anthropic client adds them up before calling this)."""
+    p = price_for(model, overrides)
+    if p is None:
+        return None
+    cached = min(usage.cached_tokens, usage.input_tokens)
+    writes = min(cache_write_tokens, usage.input_tokens - cached)
+    fresh = usage.input_tokens - cached - writes
+    cached_price = p.cached_input if p.cached_input is not None else p.input
+    write_price = p.cache_write if p.cache_write is not None else p.input * 1.25
+    total = (fresh * p.input + cached * cached_price + writes * write_price
+             + usage.output_tokens * p.output)
+    return total / 1_000_000
