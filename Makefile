@@ -16,11 +16,14 @@ $(STAMP): pyproject.toml
 
 install: system $(STAMP)
 
-# bubblewrap isolates the sandbox; without it recursa runs with resource limits only and says so.
+# bubblewrap isolates the sandbox (without it recursa runs with resource limits only and says so);
+# chromium + chromedriver let the tests open the trace viewer in a real browser.
+SYSTEM_PKGS := bubblewrap chromium chromium-driver
 system:
-	@if ! command -v bwrap >/dev/null 2>&1; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq bubblewrap; \
-	  else echo "note: bubblewrap missing (sudo apt-get install bubblewrap) - sandbox will use limits only"; fi; \
+	@missing=""; for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "note: missing system packages:$$missing (sudo apt-get install$$missing)"; fi; \
 	fi
 
 model: install
