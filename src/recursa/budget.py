@@ -91,7 +91,7 @@ class Ledger:
             return "max_seconds"
         if b.max_tokens is not None and self._tokens >= b.max_tokens:
             return "max_tokens"
-        if b.max_cost_usd is not None and self._cost >= b.max_cost_usd:
+        if b.max_cost_usd is not None and self._cost >= b.max_cost_usd - 1e-9:
             return "max_cost_usd"
         if b.max_subcalls is not None and self._subcalls >= b.max_subcalls:
             return "max_subcalls"
@@ -118,7 +118,7 @@ class Ledger:
                         self._tokens + self._reserved_tokens + tokens > b.max_tokens):
                     limit = "max_tokens"
                 elif b.max_cost_usd is not None and (
-                        self._cost + self._reserved_cost + cost > b.max_cost_usd):
+                        self._cost + self._reserved_cost + cost > b.max_cost_usd + 1e-9):
                     limit = "max_cost_usd"
                 if limit:
                     self.exhausted = self.exhausted or limit
