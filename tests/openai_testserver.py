@@ -118,7 +118,7 @@ class OpenAITestServer:
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------ lifecycle
@@ -128,8 +128,7 @@ class OpenAITestServer:
         class Handler(_Handler):
             srv = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _Server(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever,
                                         kwargs={"poll_interval": 0.05},
                                         name="openai-testserver", daemon=True)
@@ -209,6 +208,13 @@ class OpenAITestServer:
         if seconds <= 0:
             return self._stopping.is_set()
         return self._stopping.wait(seconds)
+
+
+class _Server(ThreadingHTTPServer):
+    # The default listen backlog (5) drops SYNs under a burst of concurrent clients, and the
+    # kernel's 1 s SYN retransmit then shows up as latency.
+    request_queue_size = 512
+    daemon_threads = True
 
 
 class _Handler(BaseHTTPRequestHandler):

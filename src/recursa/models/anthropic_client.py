@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import time
@@ -18,6 +19,10 @@ log = logging.getLogger("recursa.models")
 
 _PASSTHROUGH = ("top_p", "top_k", "metadata", "thinking", "service_tier", "extra_headers",
                 "extra_query")
+# Recent SDKs dropped some sampling parameters from messages.create's signature; those still
+# reach the API through extra_body.
+_SDK_PARAMS = frozenset(inspect.signature(anthropic.resources.messages.AsyncMessages.create)
+                        .parameters)
 
 
 def _text_of(content: Any) -> str:
@@ -96,18 +101,20 @@ class AnthropicClient:
         }
         if system:
             kw["system"] = system
-        temperature = opts.pop("temperature", None)
-        if temperature is not None:
-            kw["temperature"] = temperature
         stop = opts.pop("stop", None)
         if stop:
             kw["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
-        extra_body = opts.pop("extra_body", None)
+        extra_body = dict(opts.pop("extra_body", None) or {})
+        for key in ("temperature", *_PASSTHROUGH):
+            if opts.get(key) is not None:
+                if key in _SDK_PARAMS:
+                    kw[key] = opts.pop(key)
+                else:
+                    extra_body[key] = opts.pop(key)
+            else:
+                opts.pop(key, None)
         if extra_body:
             kw["extra_body"] = extra_body
-        for key in _PASSTHROUGH:
-            if key in opts:
-                kw[key] = opts.pop(key)
         for key in opts:
             if key not in self._warned:
                 self._warned.add(key)
