@@ -34,13 +34,18 @@ class Node:
 
 
 def estimate_cost(client: ModelClient, input_tokens: int, output_tokens: int) -> float | None:
+    """Worst-case USD of a call, for the reservation; None when the model has no known price."""
     est = getattr(client, "estimate_cost", None)
-    if est is None:
+    if est is not None:
+        try:
+            return est(input_tokens, output_tokens)
+        except Exception:
+            return None
+    from recursa.models.pricing import price_for
+    price = price_for(str(getattr(client, "model", "") or client.name))
+    if price is None:
         return None
-    try:
-        return est(input_tokens, output_tokens)
-    except Exception:
-        return None
+    return (input_tokens * price.input + output_tokens * price.output) / 1_000_000
 
 
 def _messages(prompt: Any) -> list[Message]:
