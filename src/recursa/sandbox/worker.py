@@ -1,0 +1,593 @@
+"""recursa sandbox worker: a persistent Python REPL driven over framed messages.
+
+This file is a standalone program. It uses only the standard library and is started with a
+bare interpreter (``python -I -S worker.py``), possibly inside bubblewrap or a container, where
+recursa itself is not importable. The host also imports it by file path to reuse the ``Repl``
+class for the in-process sandbox, so importing it must have no side effects.
+
+Wire format and messages are documented in ``recursa/sandbox/protocol.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import io
+import json
+import linecache
+import os
+import queue
+import signal
+import struct
+import sys
+import threading
+import time
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any
+
+PROTOCOL_VERSION = 1
+_HEADER = struct.Struct(">I")
+_MAX_FRAME = 1 << 30
+
+# Names the REPL defines itself; never reported as user variables.
+HELPER_NAMES = (
+    "llm_query", "llm_batch", "llm_query_batched",
+    "rlm_query", "rlm_batch", "rlm_query_batched",
+    "FINAL", "FINAL_VAR", "SHOW_VARS",
+)
+RESERVED_NAMES = frozenset(HELPER_NAMES) | {"context", "answer"}
+
+
+# ------------------------------------------------------------------ output capture
+class Capture:
+    """Keeps the first `limit` characters written and counts all of them (O(limit) memory)."""
+
+    def __init__(self, limit: int):
+        self.limit = max(0, int(limit))
+        self.parts: list[str] = []
+        self.kept = 0
+        self.total = 0
+        self._lock = threading.Lock()
+
+    def write(self, s: str) -> int:
+        if not isinstance(s, str):
+            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
+        n = len(s)
+        with self._lock:
+            self.total += n
+            room = self.limit - self.kept
+            if room > 0:
+                part = s[:room]
+                self.parts.append(part)
+                self.kept += len(part)
+        return n
+
+    def getvalue(self) -> str:
+        return "".join(self.parts)
+
+
+class StreamRouter(io.TextIOBase):
+    """Stands in for sys.stdout / sys.stderr and sends writes to the right Capture.
+
+    Captures are registered per thread. A write from an unregistered thread (e.g. one started by
+    user code) goes to the only active capture if there is exactly one -- always the case in the
+    worker process -- and otherwise to the original stream.
+    """
+
+    def __init__(self, fallback: Any, name: str):
+        super().__init__()
+        self._fallback = fallback
+        self._name = name
+        self._by_thread: dict[int, Capture] = {}
+        self._lock = threading.Lock()
+
+    def register(self, ident: int, capture: Capture) -> None:
+        with self._lock:
+            self._by_thread[ident] = capture
+
+    def unregister(self, ident: int) -> None:
+        with self._lock:
+            self._by_thread.pop(ident, None)
+
+    def active(self) -> int:
+        return len(self._by_thread)
+
+    def _target(self) -> Any:
+        cap = self._by_thread.get(threading.get_ident())
+        if cap is not None:
+            return cap
+        with self._lock:
+            if len(self._by_thread) == 1:
+                return next(iter(self._by_thread.values()))
+        return self._fallback
+
+    def write(self, s: str) -> int:  # type: ignore[override]
+        target = self._target()
+        if target is None:
+            return len(s)
+        return target.write(s)
+
+    def writelines(self, lines: Any) -> None:  # type: ignore[override]
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        target = self._target()
+        if target is not None and hasattr(target, "flush"):
+            try:
+                target.flush()
+            except Exception:
+                pass
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return "utf-8"
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+
+# ------------------------------------------------------------------ the REPL
+Caller = Callable[[str, dict], Any]
+
+
+def _cap_text(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"... [truncated, {len(text)} chars in total]"
+
+
+def _safe_repr(value: Any, limit: int) -> str:
+    # Avoid building a 40 MB repr only to throw most of it away.
+    if isinstance(value, str | bytes | bytearray) and len(value) > limit:
+        return repr(value[:limit]) + f"... [truncated, {len(value)} items in total]"
+    try:
+        text = repr(value)
+    except Exception as exc:  # a broken __repr__ must not fail the cell
+        text = f"<repr failed: {type(exc).__name__}: {exc}>"
+    return _cap_text(text, limit)
+
+
+class Repl:
+    """The REPL namespace and cell execution, shared by the worker process and the host.
+
+    `call(kind, args)` sends a request to the host and returns its result (blocking the calling
+    thread). `stdout` / `stderr` are StreamRouters installed as sys.stdout / sys.stderr.
+    """
+
+    def __init__(self, call: Caller, stdout: StreamRouter, stderr: StreamRouter):
+        self._call = call
+        self._stdout = stdout
+        self._stderr = stderr
+        self._cell_no = 0
+        self.globals: dict[str, Any] = {}
+        self._helpers: dict[str, Any] = {}
+        self._setup_namespace()
+
+    # -- namespace
+    def _setup_namespace(self) -> None:
+        h = self._helpers
+        h["llm_query"] = self.llm_query
+        h["llm_batch"] = self.llm_batch
+        h["llm_query_batched"] = self.llm_batch
+        h["rlm_query"] = self.rlm_query
+        h["rlm_batch"] = self.rlm_batch
+        h["rlm_query_batched"] = self.rlm_batch
+        h["FINAL"] = self.FINAL
+        h["FINAL_VAR"] = self.FINAL_VAR
+        h["SHOW_VARS"] = self.SHOW_VARS
+        # A private builtins dict: if user code deletes a helper from globals, the name still
+        # resolves (to the original) through builtins.
+        bdict = dict(builtins.__dict__)
+        bdict.update(h)
+        g = self.globals
+        g["__name__"] = "__main__"
+        g["__builtins__"] = bdict
+        g.update(h)
+        g["context"] = None
+        g["answer"] = {"content": "", "ready": False}
+
+    def set_context(self, value: Any) -> None:
+        self.globals["context"] = value
+
+    def load_context(self, path: str | None, kind: str, fd: int | None = None) -> None:
+        """Load the context once, from an open fd if given (pre-opened before a uid drop)."""
+        if fd is not None:
+            os.lseek(fd, 0, os.SEEK_SET)
+            f = open(fd, "rb", closefd=True)
+        else:
+            f = open(path or "", "rb")
+        with f:
+            if kind == "json":
+                value = json.load(f)
+            elif kind == "text":
+                value = f.read().decode("utf-8", errors="replace")
+            else:
+                raise ValueError(f"unknown context kind {kind!r}")
+        self.set_context(value)
+
+    # -- helpers visible to user code
+    def llm_query(self, prompt: Any, model: str | None = None, **opts: Any) -> str:
+        return self._call("llm", {"prompt": prompt, "model": model, "opts": opts})
+
+    def llm_batch(self, prompts: Any, model: str | None = None, **opts: Any) -> list:
+        return self._call("llm_batch", {"prompts": list(prompts), "model": model, "opts": opts})
+
+    def rlm_query(self, prompt: Any, context: Any = None, **opts: Any) -> str:
+        return self._call("rlm", {"prompt": prompt, "context": context, "opts": opts})
+
+    def rlm_batch(self, prompts: Any, contexts: Any = None, **opts: Any) -> list:
+        ctx = None if contexts is None else list(contexts)
+        return self._call("rlm_batch", {"prompts": list(prompts), "contexts": ctx, "opts": opts})
+
+    def FINAL(self, text: Any) -> None:  # noqa: N802 - name fixed by the RLM convention
+        self.globals["answer"] = {"content": str(text), "ready": True}
+
+    def FINAL_VAR(self, name: Any) -> None:  # noqa: N802
+        key = str(name).strip().strip("'\"").strip()
+        if key not in self.globals or key in self._helpers:
+            shown = ", ".join(self.user_variables()) or "(none)"
+            print(f"FINAL_VAR: no variable named {key!r}; the answer was NOT finalized. "
+                  f"Defined variables: {shown}")
+            return
+        self.globals["answer"] = {"content": str(self.globals[key]), "ready": True}
+
+    def SHOW_VARS(self) -> None:  # noqa: N802
+        names = self.user_variables()
+        if not names:
+            print("No user variables defined.")
+            return
+        for n in names:
+            print(f"{n}: {type(self.globals[n]).__name__}")
+
+    def user_variables(self) -> list[str]:
+        out = []
+        for name, value in self.globals.items():
+            if name.startswith("__") or name in ("context", "answer"):
+                continue
+            if self._helpers.get(name) is value:
+                continue
+            if isinstance(value, types.ModuleType):
+                continue
+            out.append(name)
+        return out
+
+    # -- running a cell
+    def _compile(self, code: str, filename: str) -> tuple[Any, Any]:
+        tree = ast.parse(code, filename, "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        body = compile(tree, filename, "exec")
+        expr = compile(last, filename, "eval") if last is not None else None
+        return body, expr
+
+    def _format_exc(self, exc: BaseException, filename: str) -> str:
+        if isinstance(exc, SyntaxError) and exc.filename == filename:
+            msg = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+            return f"{msg}\n(the cell was not run: fix the syntax and send it again)"
+        te = traceback.TracebackException(type(exc), exc, exc.__traceback__)
+        frames = list(te.stack)
+        for i, fr in enumerate(frames):  # drop REPL-machinery frames above the cell's own
+            if fr.filename == filename:
+                te.stack = traceback.StackSummary.from_list(frames[i:])
+                break
+        return "".join(te.format()).rstrip()
+
+    def run(self, code: str, max_output_chars: int = 20000) -> dict[str, Any]:
+        """Run one cell in the calling thread; returns the Cell fields as a dict."""
+        self._cell_no += 1
+        filename = f"<cell-{self._cell_no}>"
+        # Register the source so tracebacks can show the offending lines.
+        linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        stale = f"<cell-{self._cell_no - 200}>"
+        linecache.cache.pop(stale, None)
+
+        g = self.globals
+        if "answer" not in g:  # deleted by user code: start a fresh one
+            g["answer"] = {"content": "", "ready": False}
+        if "context" not in g:  # deleted by user code: nothing to restore from here
+            g["context"] = None
+
+        out, err = Capture(max_output_chars), Capture(max_output_chars)
+        ident = threading.get_ident()
+        self._stdout.register(ident, out)
+        self._stderr.register(ident, err)
+        value = error = None
+        t0 = time.perf_counter()
+        try:
+            try:
+                body, expr = self._compile(code, filename)
+                exec(body, g)
+                if expr is not None:
+                    result = eval(expr, g)
+                    if result is not None:
+                        value = _safe_repr(result, max_output_chars)
+            except BaseException as exc:  # noqa: BLE001 - user code may raise anything
+                error = _cap_text(self._format_exc(exc, filename), max(max_output_chars, 2000))
+        finally:
+            elapsed = time.perf_counter() - t0
+            self._stdout.unregister(ident)
+            self._stderr.unregister(ident)
+
+        ans = g.get("answer")
+        final = None
+        stderr_extra = ""
+        if isinstance(ans, dict):
+            content = ans.get("content", "")
+            ready = bool(ans.get("ready", False))
+            answer = {"content": content if isinstance(content, str) else str(content),
+                      "ready": ready}
+            if ready:
+                final = answer["content"]
+        else:
+            stderr_extra = (f"warning: `answer` is a {type(ans).__name__}, not a dict like "
+                            f'{{"content": "...", "ready": True}}; it was not treated as final\n')
+            answer = {"content": "", "ready": False}
+        stderr = err.getvalue()
+        if stderr_extra:
+            stderr = stderr_extra + stderr
+        return {
+            "stdout": out.getvalue(),
+            "stderr": stderr,
+            "value": value,
+            "error": error,
+            "elapsed_s": elapsed,
+            "stdout_chars": out.total,
+            "stderr_chars": err.total + len(stderr_extra),
+            "answer": answer,
+            "final": final,
+            "variables": self.user_variables(),
+        }
+
+
+# ------------------------------------------------------------------ the worker process
+class _Channel:
+    """Framed JSON over two private fds; writes are serialised by a lock."""
+
+    def __init__(self, rfd: int, wfd: int):
+        self.rfd, self.wfd = rfd, wfd
+        self._wlock = threading.Lock()
+
+    def send(self, msg: dict) -> None:
+        data = json.dumps(msg, default=_json_fallback, ensure_ascii=False).encode("utf-8")
+        frame = _HEADER.pack(len(data)) + data
+        # A SIGINT (cell interrupt) landing between two partial writes would corrupt the
+        # stream, so the main thread holds it back while writing.
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            with self._wlock:
+                view = memoryview(frame)
+                while view:
+                    n = os.write(self.wfd, view)
+                    view = view[n:]
+        finally:
+            if main:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    def _read_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = os.read(self.rfd, min(n - len(buf), 1 << 20))
+            if not chunk:
+                raise EOFError("host closed the channel")
+            buf += chunk
+        return bytes(buf)
+
+    def receive(self) -> dict:
+        (n,) = _HEADER.unpack(self._read_exact(_HEADER.size))
+        if n > _MAX_FRAME:
+            raise ValueError(f"frame too large: {n}")
+        return json.loads(self._read_exact(n).decode("utf-8"))
+
+
+def _json_fallback(obj: Any) -> Any:
+    if isinstance(obj, set | frozenset | tuple):
+        return list(obj)
+    if isinstance(obj, bytes | bytearray):
+        return obj.decode("utf-8", errors="replace")
+    return repr(obj)
+
+
+class _Slot:
+    __slots__ = ("event", "value", "error")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.value: Any = None
+        self.error: str | None = None
+
+
+class Worker:
+    """The process side: a reader thread routes host messages; the main thread runs cells."""
+
+    def __init__(self, channel: _Channel, preopened: dict[str, int]):
+        self.ch = channel
+        self.preopened = preopened
+        self.requests: queue.Queue[dict | None] = queue.Queue()
+        self.slots: dict[str, _Slot] = {}
+        self.slots_lock = threading.Lock()
+        self.next_call = 0
+        self.current_cell: str | None = None
+        self.dead = False
+        self.stdout = StreamRouter(None, "<stdout>")
+        self.stderr = StreamRouter(None, "<stderr>")
+        sys.stdout, sys.stderr = self.stdout, self.stderr  # type: ignore[assignment]
+        self.repl = Repl(self.call, self.stdout, self.stderr)
+
+    # called from any user thread
+    def call(self, kind: str, args: dict) -> Any:
+        if self.dead:
+            raise RuntimeError("the host connection is closed")
+        slot = _Slot()
+        with self.slots_lock:
+            self.next_call += 1
+            cid = f"c{self.next_call}"
+            self.slots[cid] = slot
+        try:
+            self.ch.send({"type": "call", "id": cid, "kind": kind, "args": args})
+            slot.event.wait()
+        finally:
+            with self.slots_lock:
+                self.slots.pop(cid, None)
+        if slot.error is not None:
+            raise RuntimeError(slot.error)
+        return slot.value
+
+    def reader(self) -> None:
+        try:
+            while True:
+                msg = self.ch.receive()
+                t = msg.get("type")
+                if t == "result":
+                    with self.slots_lock:
+                        slot = self.slots.get(msg.get("id"))
+                    if slot is not None:
+                        slot.value = msg.get("value")
+                        slot.error = msg.get("error")
+                        slot.event.set()
+                elif t == "interrupt":
+                    # A real SIGINT also breaks blocking sleeps/waits in the main thread.
+                    if self.current_cell is not None and msg.get("id") == self.current_cell:
+                        os.kill(os.getpid(), signal.SIGINT)
+                else:
+                    self.requests.put(msg)
+        except BaseException:
+            pass
+        # Host gone: fail pending calls, stop the main loop.
+        self.dead = True
+        with self.slots_lock:
+            for slot in self.slots.values():
+                slot.error = "the host connection is closed"
+                slot.event.set()
+        self.requests.put(None)
+
+    def serve(self) -> None:
+        threading.Thread(target=self.reader, name="recursa-reader", daemon=True).start()
+        while True:
+            try:
+                msg = self.requests.get()
+                if msg is None or msg.get("type") == "shutdown":
+                    return
+                self.handle(msg)
+            except KeyboardInterrupt:
+                continue  # an interrupt that arrived just after a cell finished
+
+    def handle(self, msg: dict) -> None:
+        t = msg.get("type")
+        if t == "init":
+            t0 = time.perf_counter()
+            path = msg.get("context_path")
+            try:
+                fd = self.preopened.pop(path, None) if path else None
+                if path is not None or fd is not None:
+                    self.repl.load_context(path, msg.get("kind", "text"), fd=fd)
+            except Exception as exc:
+                self.ch.send({"type": "init_error", "error": f"{type(exc).__name__}: {exc}"})
+                return
+            self.ch.send({"type": "ready", "load_s": time.perf_counter() - t0,
+                          "python": sys.version.split()[0], "pid": os.getpid(),
+                          "protocol": PROTOCOL_VERSION})
+        elif t == "exec":
+            cid = str(msg.get("id"))
+            self.current_cell = cid
+            try:
+                res = self.repl.run(str(msg.get("code", "")),
+                                    int(msg.get("max_output_chars", 20000)))
+            finally:
+                self.current_cell = None
+            res["type"] = "done"
+            res["id"] = cid
+            self.ch.send(res)
+        elif t == "ping":
+            self.ch.send({"type": "pong", "id": msg.get("id")})
+        else:
+            self.ch.send({"type": "protocol_error", "error": f"unknown message type {t!r}"})
+
+
+def _set_subreaper() -> None:
+    # Orphaned grandchildren re-parent to us, so the host can find and kill them by ancestry.
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        pass
+
+
+def _apply_limits(limits: dict[str, int]) -> None:
+    try:
+        import resource
+    except ImportError:
+        return
+    names = {"as": "RLIMIT_AS", "cpu": "RLIMIT_CPU", "fsize": "RLIMIT_FSIZE",
+             "nproc": "RLIMIT_NPROC", "nofile": "RLIMIT_NOFILE", "core": "RLIMIT_CORE"}
+    for key, value in limits.items():
+        res = getattr(resource, names.get(key, ""), None)
+        if res is None or value is None:
+            continue
+        try:
+            soft, hard = resource.getrlimit(res)
+            new = int(value)
+            if hard != resource.RLIM_INFINITY:
+                new = min(new, hard)
+            resource.setrlimit(res, (new, new))
+        except (ValueError, OSError):
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="worker.py")
+    ap.add_argument("--limits", default="{}", help="JSON {as, cpu, fsize, nproc, nofile}")
+    ap.add_argument("--preopen", action="append", default=[],
+                    help="open this file before dropping privileges (e.g. the context)")
+    ap.add_argument("--uid", type=int, default=None)
+    ap.add_argument("--gid", type=int, default=None)
+    args = ap.parse_args(argv)
+
+    # Keep the protocol on private fds; user code writing to fd 0/1 hits /dev/null instead.
+    rfd, wfd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    sys.stdin = open(os.devnull)  # noqa: SIM115
+
+    _set_subreaper()
+    preopened = {}
+    for p in args.preopen:
+        try:
+            preopened[p] = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            pass
+    _apply_limits(json.loads(args.limits))
+    if args.uid is not None:
+        os.setgroups([])
+        os.setgid(args.gid if args.gid is not None else args.uid)
+        os.setuid(args.uid)
+        if os.getuid() != args.uid or os.geteuid() != args.uid:
+            raise SystemExit("could not drop privileges")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+    worker = Worker(_Channel(rfd, wfd), preopened)
+    worker.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
