@@ -84,8 +84,12 @@ class Ledger:
         """Known cost so far (calls without a price count as 0 here)."""
         return self._cost
 
-    def limit_reached(self) -> str | None:
-        """The name of a limit already reached by settled spend (not counting reservations)."""
+    def limit_reached(self, *, subcalls: bool = True) -> str | None:
+        """The name of a limit already reached by settled spend (not counting reservations).
+
+        With `subcalls=False` the sub-call limit is ignored: a root that may make no more
+        sub-calls can still work with code, so it does not end the root's turns.
+        """
         b = self.budget
         if b.max_seconds is not None and self.elapsed >= b.max_seconds:
             return "max_seconds"
@@ -93,8 +97,10 @@ class Ledger:
             return "max_tokens"
         if b.max_cost_usd is not None and self._cost >= b.max_cost_usd - 1e-9:
             return "max_cost_usd"
-        if b.max_subcalls is not None and self._subcalls >= b.max_subcalls:
+        if subcalls and b.max_subcalls is not None and self._subcalls >= b.max_subcalls:
             return "max_subcalls"
+        if self.exhausted == "max_subcalls" and not subcalls:
+            return None
         return self.exhausted
 
     # ------------------------------------------------------------ reserve / settle

@@ -74,6 +74,7 @@ class Dispatcher:
         self.child_runner: ChildRunner | None = None
         self.inflight = 0
         self.peak_inflight = 0
+        self._cost_seen: dict[str, float] = {}   # dearest call so far, per model without a price
 
     # ------------------------------------------------------------ model calls
     async def call_model(self, client: ModelClient, messages: list[Message], *, role: str,
@@ -84,9 +85,11 @@ class Dispatcher:
         est_in = estimate_tokens(sum(len(str(m.get("content", ""))) for m in messages)) \
             + 4 * len(messages)
         est_out = int(options.get("max_tokens") or DEFAULT_OUTPUT_RESERVE)
-        res = self.ledger.reserve(tokens=est_in + est_out,
-                                  cost=estimate_cost(client, est_in, est_out),
-                                  subcall=subcall, force=force)
+        cost = estimate_cost(client, est_in, est_out)
+        if cost is None:   # no price known: the dearest call seen so far is the best guess
+            cost = self._cost_seen.get(client.name)
+        res = self.ledger.reserve(tokens=est_in + est_out, cost=cost, subcall=subcall,
+                                  force=force)
         remaining = self.ledger.remaining_seconds()
         if remaining is not None and not force:
             options["timeout"] = max(1.0, min(remaining, options.get("timeout") or remaining))
@@ -99,6 +102,9 @@ class Dispatcher:
                     comp = await client.complete(messages, **options)
                 finally:
                     self.inflight -= 1
+            if comp.cost_usd:
+                prev = self._cost_seen.get(client.name, 0.0)
+                self._cost_seen[client.name] = max(prev, comp.cost_usd)
             return comp
         finally:
             self.ledger.settle(res, usage=comp.usage if comp else None,

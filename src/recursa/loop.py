@@ -111,7 +111,7 @@ async def _turns(env: RunEnv, st: _State, sandbox: Sandbox, node: Node,
     b = env.budget
     role = "root" if depth == 0 else "child"
     while True:
-        st.limit = env.ledger.limit_reached() or (
+        st.limit = env.ledger.limit_reached(subcalls=False) or (
             "max_iterations" if st.turns >= b.max_iterations else None)
         if st.limit:
             return

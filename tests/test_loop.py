@@ -1,0 +1,271 @@
+"""The RLM loop end to end with scripted models and real sandboxes (in-process and local)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from recursa import RLM, Budget
+from recursa.models.replay import ReplayClient
+from recursa.trace import load_events
+from recursa.types import ContextError, ModelError
+
+CTX = "alpha beta gamma\n" * 200
+
+
+def is_root(messages) -> bool:
+    return messages[0]["role"] == "system" and "persistent Python REPL" in messages[0]["content"]
+
+
+def root_script(*replies: str):
+    """A responder: root turns get `replies` in order; sub-calls echo their prompt."""
+    state = {"i": 0}
+
+    def respond(messages):
+        if is_root(messages):
+            r = replies[min(state["i"], len(replies) - 1)]
+            state["i"] += 1
+            return r
+        return "sub:" + messages[-1]["content"][:40]
+    return respond
+
+
+def root_calls(client: ReplayClient) -> list:
+    return [c for c in client.calls if is_root(c)]
+
+
+def repl(code: str) -> str:
+    return f"Thinking.\n```repl\n{code}\n```"
+
+
+@pytest.fixture(params=["inprocess", "local"])
+def sandbox(request):
+    return request.param
+
+
+@pytest.mark.parametrize("final_code, expected", [
+    ('FINAL("forty-two")', "forty-two"),
+    ('x = "from var"\nFINAL_VAR("x")', "from var"),
+    ('answer["content"] = "by item"\nanswer["ready"] = True', "by item"),
+    ('answer.update(content="by update", ready=True)', "by update"),
+    ('answer = {"content": "rebound", "ready": True}', "rebound"),
+])
+def test_finalization_forms(final_code, expected, sandbox):
+    rlm = RLM(model=ReplayClient(root_script(repl("print(len(context))"), repl(final_code))),
+              sandbox=sandbox)
+    res = rlm.completion("q?", context=CTX)
+    assert res.status == "final" and res.ready
+    assert res.answer == expected
+    assert res.turns == 2
+
+
+def test_mentioning_final_outside_code_does_not_end_run():
+    client = ReplayClient(root_script(
+        "I will call FINAL(done) once I know. FINAL_VAR(x)", repl('FINAL("real")')))
+    res = RLM(model=client, sandbox="inprocess").completion("q?", context=CTX)
+    assert res.answer == "real" and res.turns == 2
+    # the model was told that nothing ran
+    assert "no ```repl code block" in client.calls[1][-1]["content"]
+
+
+def test_first_block_that_finalizes_stops_the_turn():
+    reply = "```repl\nFINAL('one')\n```\n```repl\nFINAL('two')\n```"
+    res = RLM(model=ReplayClient(root_script(reply)), sandbox="inprocess").completion(
+        "q", context=CTX)
+    assert res.answer == "one"
+
+
+def test_python_fence_accepted_without_repl_fence():
+    res = RLM(model=ReplayClient(root_script("```python\nFINAL(context[:5])\n```")),
+              sandbox="inprocess").completion("q", context=CTX)
+    assert res.answer == "alpha"
+
+
+def test_root_never_sees_whole_context_and_output_is_capped():
+    big = "x" * 300_000
+    client = ReplayClient(root_script(repl("print(context)"), repl("FINAL('ok')")))
+    res = RLM(model=client, sandbox="local", max_output_chars=1000).completion("q", context=big)
+    assert res.status == "final"
+    first = "\n".join(m["content"] for m in client.calls[0])
+    assert len(first) < 8000                  # description, not the context
+    feedback = client.calls[1][-1]["content"]
+    assert "output truncated: 299,001 of 300,001 characters" in feedback
+    assert len(feedback) < 1500
+
+
+def test_max_iterations_gives_last_turn_and_extracted_status():
+    client = ReplayClient(root_script(
+        repl('answer["content"] = "draft"'), repl("print(1)"), repl("print(2)"), "KEEP"))
+    res = RLM(model=client, sandbox="inprocess", max_iterations=3).completion("q", context=CTX)
+    assert res.status == "extracted" and not res.ready
+    assert res.answer == "draft"            # the model chose to keep its draft
+    assert res.limit == "max_iterations"
+    assert "reached its limit (max_iterations)" in client.calls[-1][-1]["content"]
+
+
+def test_last_turn_text_is_the_answer_when_no_draft():
+    client = ReplayClient(root_script(repl("print(1)"), "The answer is 7."))
+    res = RLM(model=client, sandbox="inprocess", max_iterations=1).completion("q", context=CTX)
+    assert res.answer == "The answer is 7." and res.status == "extracted"
+
+
+def test_subcall_limit_is_shared_and_never_overshot():
+    code = "r = llm_batch([f'p{i}' for i in range(10)])\nprint(sum(x.startswith('Error') for x in r))"
+    client = ReplayClient(root_script(repl(code), repl("FINAL('x')")))
+    res = RLM(model=client, sandbox="inprocess", max_subcalls=4).completion("q", context=CTX)
+    assert res.subcalls == 4
+    assert res.usage["sub"].calls == 4
+    feedback = root_calls(client)[1][-1]["content"]
+    assert feedback.split("\n")[0] == "6"     # six slots carry an error string
+
+
+def test_cost_limit_stops_run_with_limit_status():
+    client = ReplayClient(root_script(*[repl("print(llm_query('hi'))")] * 20, "final words"),
+                          cost_usd=0.01)
+    res = RLM(model=client, sandbox="inprocess", max_cost_usd=0.05).completion("q", context=CTX)
+    assert res.status == "limit" and res.limit == "max_cost_usd"
+    # at most one call past the limit: the forced last answer turn
+    assert res.cost_usd <= 0.05 + 0.01 + 1e-9
+
+
+def test_model_error_keeps_partial_answer_spend_and_trace(tmp_path: Path):
+    client = ReplayClient([repl('answer["content"] = "partial"'),
+                           ModelError("provider down", retryable=False)])
+    rlm = RLM(model=client, sandbox="inprocess", trace_path=tmp_path / "t.jsonl")
+    res = rlm.completion("q", context=CTX)
+    assert res.status == "error" and "provider down" in res.error
+    assert res.answer == "partial"
+    assert res.usage["root"].calls == 1
+    kinds = [e.kind for e in load_events(tmp_path / "t.jsonl")]
+    assert kinds[0] == "run" and "final" in kinds
+
+
+def test_consecutive_failing_turns_end_the_run():
+    client = ReplayClient(root_script(repl("1/0")))
+    res = RLM(model=client, sandbox="inprocess", max_consecutive_errors=3).completion(
+        "q", context=CTX)
+    assert res.status == "error" and res.turns == 3
+    assert "ZeroDivisionError" in client.calls[1][-1]["content"]
+
+
+def test_empty_context_is_a_clear_error():
+    with pytest.raises(ContextError, match="empty"):
+        RLM(model=ReplayClient(["x"]), sandbox="inprocess").completion("q", context="")
+    with pytest.raises(ValueError, match="query"):
+        RLM(model=ReplayClient(["x"]), sandbox="inprocess").completion("", context="x")
+    with pytest.raises(TypeError, match="max_iteration"):
+        RLM(model=ReplayClient(["x"]), max_iteration=3)
+
+
+def test_batch_runs_in_parallel(sandbox):
+    def respond(messages):
+        if is_root(messages):
+            n = sum(m["role"] == "assistant" for m in messages)
+            return repl("r = llm_batch([str(i) for i in range(20)])\nprint(len(r))") if n == 0 \
+                else repl("FINAL(str(len(r)))")
+        return "ok"
+    sub = ReplayClient(lambda m: "ok", latency=0.3, name="replay:sub")
+    rlm = RLM(model=ReplayClient(respond), sub_model=sub, sandbox=sandbox, concurrency=32)
+    t0 = time.monotonic()
+    res = rlm.completion("q", context=CTX)
+    wall = time.monotonic() - t0
+    assert res.answer == "20" and res.subcalls == 20
+    assert wall < 0.3 * 20 / 2, wall      # serial would take 6 s
+
+
+def test_concurrency_limit_is_respected():
+    sub = ReplayClient(lambda m: "ok", latency=0.1, name="replay:sub")
+    client = ReplayClient(root_script(repl("r = llm_batch(['a'] * 12)"), repl("FINAL('d')")))
+    rlm = RLM(model=client, sub_model=sub, sandbox="inprocess", concurrency=3)
+    t0 = time.monotonic()
+    rlm.completion("q", context=CTX)
+    assert time.monotonic() - t0 >= 0.4       # 12 calls, 3 at a time, 0.1 s each
+
+
+def test_depth_two_children_run_and_are_traced(tmp_path: Path, sandbox):
+    """Root -> rlm_batch of 2 children -> each child -> rlm_query grandchild (plain call at depth 2)."""
+    def respond(messages):
+        sys_ok = is_root(messages)
+        user = messages[1]["content"] if sys_ok else messages[-1]["content"]
+        n = sum(m["role"] == "assistant" for m in messages)
+        if not sys_ok:
+            return "leaf(" + user[:12] + ")"
+        if "TOP" in user:
+            return repl("r = rlm_batch(['child A', 'child B'], contexts=['ctxA', 'ctxB'])\n"
+                        "FINAL(' | '.join(r))")
+        if n == 0:   # a child
+            return repl("FINAL(context + ':' + rlm_query('grand ' + context))")
+        return repl("FINAL('unexpected')")
+    trace = tmp_path / "t.jsonl"
+    rlm = RLM(model=ReplayClient(respond), sandbox=sandbox, max_depth=2, trace_path=trace)
+    res = rlm.completion("TOP question", context=CTX)
+    assert res.status == "final"
+    assert res.answer.startswith("ctxA:") and " | ctxB:" in res.answer
+    events = load_events(trace)
+    children = [e for e in events if e.kind == "child" and e.phase == "start"]
+    assert len(children) == 4                    # 2 children, each with a grandchild RLM
+    assert {e.depth for e in children} == {1, 2}
+    assert res.usage["child"].calls >= 4
+    # the grandchildren at depth 2 = max_depth: their rlm_query would be plain calls
+    assert all(e.parent for e in children)
+
+
+def test_rlm_query_at_max_depth_is_a_plain_call():
+    client = ReplayClient(root_script(repl("FINAL(rlm_query('hello'))")))
+    res = RLM(model=client, sandbox="inprocess", max_depth=0).completion("q", context=CTX)
+    assert res.answer == "sub:hello"
+    assert res.subcalls == 1
+
+
+def test_trace_does_not_grow_with_context(tmp_path: Path):
+    sizes = []
+    for n in (10_000, 2_000_000):
+        client = ReplayClient(root_script(repl("print(context[:100])"), repl("FINAL('x')")))
+        t = tmp_path / f"t{n}.jsonl"
+        RLM(model=client, sandbox="local", trace_path=t).completion("q", context="y" * n)
+        sizes.append(t.stat().st_size)
+    assert abs(sizes[1] - sizes[0]) < 2000, sizes
+    first = next(e for e in load_events(t) if "context_bytes" in e.data).model_dump()
+    assert first["data"]["context_bytes"] == 2_000_000 and len(first["data"]["context_sha256"]) == 64
+
+
+def test_secrets_are_redacted_from_trace(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("MY_SERVICE_API_KEY", "supersecretvalue123")
+    client = ReplayClient(root_script(repl("print('key is supersecretvalue123')"),
+                                      repl("FINAL('sk-abcdefghijklmnopqrstuvwx')")))
+    t = tmp_path / "t.jsonl"
+    RLM(model=client, sandbox="inprocess", trace_path=t).completion("q", context=CTX)
+    text = t.read_text()
+    assert "supersecretvalue123" not in text and "sk-abcdefghijklmnop" not in text
+    assert "[REDACTED]" in text
+
+
+async def test_many_concurrent_runs_do_not_cross_talk():
+    async def one(i: int):
+        client = ReplayClient(root_script(repl(f"v = {i}\nprint('run', v)"),
+                                          repl("FINAL(str(v))")))
+        return await RLM(model=client, sandbox="inprocess").acompletion("q", context=f"c{i}")
+    results = await asyncio.gather(*(one(i) for i in range(16)))
+    assert [r.answer for r in results] == [str(i) for i in range(16)]
+
+
+def test_budget_object_and_per_call_override():
+    client = ReplayClient(root_script(repl("print(1)")))
+    rlm = RLM(model=client, sandbox="inprocess", budget=Budget(max_iterations=5))
+    res = rlm.completion("q", context=CTX, max_iterations=2)
+    assert res.turns == 2
+
+
+def test_on_event_receives_every_event_and_a_failing_callback_is_harmless():
+    seen = []
+
+    def cb(ev):
+        seen.append(ev.kind)
+        raise RuntimeError("callback bug")
+    client = ReplayClient(root_script(repl("llm_query('x')\nFINAL('y')")))
+    res = RLM(model=client, sandbox="inprocess", on_event=cb).completion("q", context=CTX)
+    assert res.answer == "y"
+    assert {"run", "turn", "cell", "subcall", "final"} <= set(seen)
