@@ -1,0 +1,171 @@
+"""Shared types for the offline task families: Instance, Score, Task, and the token estimator."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field, field_validator
+
+Context = str | list[str] | dict[str, str]
+
+# One documented estimator for every family: ~4 characters per token. tiktoken would be closer
+# for OpenAI models but needs its BPE files from the network on first use, which this
+# project cannot assume; chars/4 is deterministic, dependency-free and fast on 4M chars.
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(context: Context | None) -> int:
+    """Estimated tokens of a context: ceil(chars / 4), summed over list items or dict keys+values."""
+    return math.ceil(context_chars(context) / CHARS_PER_TOKEN)
+
+
+def context_chars(context: Context | None) -> int:
+    if context is None:
+        return 0
+    if isinstance(context, str):
+        return len(context)
+    if isinstance(context, dict):
+        return sum(len(k) + len(v) for k, v in context.items())
+    return sum(len(x) for x in context)
+
+
+class Instance(BaseModel):
+    """One generated problem. ``gold`` is JSON-serialisable; ``meta`` holds what scorers and
+    tests need to recompute it (labels, positions, corpus used)."""
+
+    id: str
+    task: str
+    query: str
+    context: Context
+    gold: Any
+    meta: dict[str, Any] = Field(default_factory=dict)
+    length_tokens: int
+
+
+class Score(BaseModel):
+    score: float
+    metrics: dict[str, float] = Field(default_factory=dict)
+    parsed: Any = None
+
+    @field_validator("score")
+    @classmethod
+    def _in_unit_interval(cls, v: float) -> float:
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(f"score must be in [0, 1], got {v}")
+        return v
+
+
+class Task(ABC):
+    """A task family. Stateless: ``generate`` is a pure function of (seed, length, options)."""
+
+    name: ClassVar[str]
+    complexity: ClassVar[str]  # "constant" | "linear" | "quadratic" | "n/a"
+    description: ClassVar[str]
+    default_length: ClassVar[int] = 32_000
+
+    @abstractmethod
+    def generate(self, seed: int = 0, length_tokens: int | None = None, **options: Any) -> Instance:
+        ...
+
+    @abstractmethod
+    def score(self, prediction: str, inst: Instance) -> Score:
+        ...
+
+    def rng(self, seed: int, length_tokens: int, *extra: Any) -> random.Random:
+        # A str seed is hashed with SHA-512 by `random`, so this is stable across processes
+        # (unlike hash()) and distinct per (task, seed, length).
+        key = ":".join(str(x) for x in (self.name, seed, length_tokens, *extra))
+        return random.Random(key)
+
+    def make_id(self, seed: int, length_tokens: int, **options: Any) -> str:
+        opts = "".join(f"-{k}={v}" for k, v in sorted(options.items()) if v is not None)
+        return f"{self.name}-{length_tokens}-s{seed}{opts}"
+
+
+# ---------------------------------------------------------------- answer extraction helpers
+
+def answer_segment(prediction: str) -> str:
+    """The part of a free-text prediction that states the answer: text after the last
+    'Answer:' / 'final answer' marker if any, else the whole prediction."""
+    text = prediction or ""
+    boxed = last_boxed(text)
+    if boxed is not None:
+        return boxed
+    matches = list(re.finditer(r"(?:final answer|answer)\s*(?:is)?\s*[:=]", text, re.IGNORECASE))
+    if matches:
+        return text[matches[-1].end():].strip()
+    return text.strip()
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...} (brace-balanced), or None."""
+    idx = text.rfind("\\boxed{")
+    if idx < 0:
+        return None
+    i = idx + len("\\boxed{")
+    depth = 1
+    start = i
+    while i < len(text):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:i].strip()
+        i += 1
+    return None
+
+
+def normalize(text: str) -> str:
+    """Lowercase, drop punctuation except inner hyphens/digits grouping, collapse whitespace."""
+    text = (text or "").lower()
+    text = re.sub(r"\b(the|a|an)\b", " ", text)
+    text = re.sub(r"[^\w\s-]", " ", text)
+    return " ".join(text.split())
+
+
+def mentioned_choices(segment: str, choices: list[str]) -> list[str]:
+    """Which of ``choices`` appear (normalised, whole-word) in ``segment``. Longer choices
+    win over choices they contain (e.g. 'physical sciences' vs 'sciences')."""
+    norm = " " + normalize(segment) + " "
+    found: list[tuple[int, str]] = []
+    for c in sorted(set(choices), key=len, reverse=True):
+        nc = normalize(c)
+        if not nc:
+            continue
+        pat = re.compile(r"(?<![\w-])" + re.escape(nc) + r"(?![\w-])")
+        m = pat.search(norm)
+        if m:
+            found.append((m.start(), c))
+            norm = pat.sub(" ", norm)  # so a shorter choice inside it is not double-counted
+    return [c for _, c in sorted(found)]
+
+
+def match_choice(prediction: str, gold: str, choices: list[str]) -> tuple[float, Any]:
+    """Exact match after normalisation, or: the answer mentions exactly one candidate and it is
+    gold. Mentioning several candidates (hedging) scores 0."""
+    seg = answer_segment(prediction)
+    if normalize(seg) == normalize(gold):
+        return 1.0, gold
+    found = mentioned_choices(seg, list(choices) + [gold])
+    if len(found) == 1:
+        return float(normalize(found[0]) == normalize(gold)), found[0]
+    return 0.0, found or None
+
+
+_NUM_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def numbers_in(text: str) -> list[float]:
+    out: list[float] = []
+    for m in _NUM_RE.finditer(text or ""):
+        s = m.group().replace(",", "")
+        try:
+            out.append(float(s))
+        except ValueError:
+            continue
+    return out
