@@ -293,7 +293,7 @@ class WorkerSession:
     async def _died(self, reason: str | None, t_start: float, cell_id: str | None) -> Cell:
         transport = self._transport
         wait_exit = getattr(transport, "wait_exit", None)
-        if wait_exit is not None:  # let it finish dying so the exit status is known
+        if wait_exit is not None and reason is None:  # let it finish dying: exit status
             await wait_exit(2.0)
         why = reason or (transport.diagnostics() if transport else "unknown")
         lost = list(self.variables)

@@ -1,0 +1,310 @@
+"""LocalSandbox: restarts, limits, protocol robustness and bubblewrap isolation."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import tempfile
+import time
+import uuid
+
+import pytest
+
+from recursa.sandbox import LocalSandbox, WorkerSession
+from recursa.sandbox.local import _bwrap_works, find_bwrap
+from recursa.sandbox.transport import SubprocessTransport, describe_exit
+from recursa.types import SandboxError
+from test_sandbox import Recorder, payload_for, run
+
+HAVE_BWRAP = bool(find_bwrap()) and _bwrap_works(find_bwrap() or "")
+needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap not usable here")
+MODES = ["bwrap", "limits"] if HAVE_BWRAP else ["limits"]
+
+
+@pytest.fixture
+async def local(tmp_path):
+    made: list[LocalSandbox] = []
+
+    async def make(context: str = "the context", handler=None, **opts) -> LocalSandbox:
+        sb = LocalSandbox(**opts)
+        made.append(sb)
+        await sb.start(payload_for(tmp_path, context), handler or Recorder())
+        return sb
+
+    yield make
+    for sb in made:
+        await sb.close()
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+# ------------------------------------------------------------------ restarts
+@pytest.mark.parametrize("mode", MODES)
+async def test_uninterruptible_cell_times_out_and_restarts(mode, local):
+    sb = await local("0123456789", isolation=mode, interrupt_grace=0.3)
+    await run(sb, "a = 1\nb = [2]\nimport os")
+    cell = await run(sb, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                         "while True:\n    pass", timeout=0.5)
+    assert cell.timed_out and cell.restarted
+    assert cell.lost_variables == ["a", "b"]
+    assert "exceeded 0.5 s" in cell.error and "restarted" in cell.error
+    assert "lost: a, b" in cell.error
+    assert sb.session is not None and sb.session.restarts == 1
+    after = await run(sb, "len(context), 'a' in dir(), 'os' in dir()")
+    assert after.error is None and after.value == "(10, False, False)"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_sleep_is_interrupted_without_restart(mode, local):
+    sb = await local(isolation=mode)
+    await run(sb, "kept = 'yes'")
+    t0 = time.perf_counter()
+    cell = await run(sb, "import time\ntime.sleep(60)", timeout=0.4)
+    assert time.perf_counter() - t0 < 3
+    assert cell.timed_out and not cell.restarted
+    assert (await run(sb, "kept")).value == "'yes'"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_worker_killing_itself_is_restarted(mode, local):
+    sb = await local("abc", isolation=mode)
+    await run(sb, "x = 5")
+    cell = await run(sb, "import os\nos.kill(os.getpid(), 9)")
+    assert cell.restarted and not cell.timed_out
+    assert cell.lost_variables == ["x"]
+    assert "SIGKILL" in cell.error and "x" in cell.error
+    assert (await run(sb, "context")).value == "'abc'"
+
+
+async def test_worker_exit_is_restarted(local):
+    sb = await local(isolation="limits")
+    cell = await run(sb, "import os\nos._exit(3)")
+    assert cell.restarted and "status 3" in cell.error
+    assert (await run(sb, "1 + 1")).value == "2"
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_garbage_on_the_protocol_stream_restarts(mode, local):
+    sb = await local(isolation=mode)
+    await run(sb, "v = 1")
+    # Untrusted code can find the private protocol fd; the host must survive what it writes.
+    find = ("import gc, os\n"
+            "ch = [o for o in gc.get_objects() if type(o).__name__ == '_Channel'][0]\n")
+    for junk in (b"\xff\xff\xff\xffgarbage", b"\x00\x00\x00\x05hello", b"\x00\x00\x00\x02[]"):
+        cell = await run(sb, find + f"os.write(ch.wfd, {junk!r})\nimport time\ntime.sleep(5)")
+        assert cell.restarted, junk
+        assert cell.error and "malformed" in cell.error
+    assert (await run(sb, "len(context)")).value == "11"
+
+
+async def test_stdout_fd_and_subprocess_output_do_not_corrupt_protocol(local):
+    sb = await local(isolation=MODES[0])
+    cell = await run(sb, "import os, subprocess, sys\nos.write(1, b'\\x00\\x00\\x00\\x09raw')\n"
+                         "subprocess.run(['echo', 'from a child'])\nprint('ok')")
+    assert cell.error is None and cell.stdout == "ok\n" and not cell.restarted
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_memory_bomb_is_contained(mode, local):
+    sb = await local(isolation=mode, memory_mb=512)
+    cell = await run(sb, "blob = bytearray(2 * 1024 ** 3)")
+    assert cell.error is not None and "MemoryError" in cell.error
+    assert not cell.restarted
+    assert (await run(sb, "len(context)")).value == "11"
+
+
+async def test_cancelled_run_restarts_before_next_cell(local):
+    sb = await local(isolation="limits")
+    await run(sb, "gone = 1")
+    task = asyncio.create_task(run(sb, "import time\ntime.sleep(30)"))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    cell = await run(sb, "'gone' in dir(), len(context)")
+    assert cell.value == "(False, 11)"
+    assert cell.restarted and cell.lost_variables == ["gone"]
+    assert "cancelled" in cell.stderr
+
+
+async def test_worker_that_never_answers_fails_start():
+    session = WorkerSession(lambda: SubprocessTransport(["sleep", "30"]), context_path=None,
+                            kind="text", handler=Recorder(), start_timeout=0.5)
+    t0 = time.perf_counter()
+    with pytest.raises(SandboxError):
+        await session.start()
+    assert time.perf_counter() - t0 < 3
+    await session.close()
+
+
+async def test_missing_context_file_is_a_sandbox_error(tmp_path):
+    sb = LocalSandbox(isolation="limits")
+    p = payload_for(tmp_path, "x")
+    os.unlink(p.path)
+    with pytest.raises(SandboxError):
+        await sb.start(p, Recorder())
+    await sb.close()
+
+
+def test_describe_exit():
+    assert "SIGKILL" in describe_exit(-9)
+    assert "SIGKILL" in describe_exit(137)
+    assert "status 3" in describe_exit(3)
+
+
+# ------------------------------------------------------------------ cleanup
+@pytest.mark.parametrize("mode", MODES)
+async def test_close_kills_leftover_processes(mode, local):
+    sb = await local(isolation=mode)
+    marker = f"recursa-leftover-{uuid.uuid4().hex}"
+    code = (
+        "import subprocess, sys, os\n"
+        f"argv = [sys.executable, '-c', 'import time; time.sleep(300)', '{marker}']\n"
+        "p1 = subprocess.Popen(argv)\n"
+        "p2 = subprocess.Popen(argv, start_new_session=True)\n"
+        # a double fork: the grandchild is orphaned at once
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    subprocess.Popen(argv)\n"
+        "    os._exit(0)\n"
+    )
+    cell = await run(sb, code)
+    assert cell.error is None, cell.error
+    for _ in range(50):
+        if len(processes_with(marker)) >= 3:
+            break
+        await asyncio.sleep(0.05)
+    assert len(processes_with(marker)) == 3
+    await sb.close()
+    await sb.close()  # idempotent
+    for _ in range(40):
+        if not processes_with(marker):
+            break
+        await asyncio.sleep(0.05)
+    assert processes_with(marker) == []
+    assert sb.workspace is not None and not os.path.exists(sb.workspace)
+
+
+# ------------------------------------------------------------------ isolation
+@pytest.mark.parametrize("mode", MODES)
+async def test_environment_is_clean(mode, local, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    monkeypatch.setenv("RECURSA_TEST_SECRET", "nope")
+    sb = await local(isolation=mode)
+    cell = await run(sb, "import os\ndict(os.environ)")
+    env = eval(cell.value)
+    assert "OPENAI_API_KEY" not in env and "RECURSA_TEST_SECRET" not in env
+    assert "sk-should-not-leak" not in cell.value
+    assert set(env) <= {"PATH", "LANG", "HOME", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING",
+                        "PYTHONUNBUFFERED", "TMPDIR", "LD_LIBRARY_PATH", "PWD"}
+    cwd = (await run(sb, "os.getcwd()")).value
+    assert cwd == repr(env["HOME"])
+
+
+@needs_bwrap
+async def test_bwrap_hides_host_files(local):
+    fd, secret = tempfile.mkstemp(dir="/tmp", prefix="recursa-secret-")
+    os.write(fd, b"top secret")
+    os.close(fd)
+    try:
+        sb = await local(isolation="bwrap")
+        assert sb.isolation.startswith("bubblewrap")
+        probes = {
+            "host_tmp": secret,
+            "work": "/work",
+            "project": os.getcwd(),
+            "root_home": os.path.expanduser("~"),
+            "venv": os.path.realpath(os.path.join(os.getcwd(), ".venv")),
+        }
+        code = f"import os\nprobes = {probes!r}\n{{k: os.path.exists(p) for k, p in probes.items()}}"
+        cell = await run(sb, code)
+        assert eval(cell.value) == {k: False for k in probes}
+        cell = await run(sb, "sorted(os.listdir('/'))")
+        top = set(eval(cell.value))
+        assert not top & {"root", "home", "work", "srv", "opt", "var"}, top
+        # /tmp inside is a private tmpfs, not the host's.
+        cell = await run(sb, "os.listdir('/tmp')")
+        assert cell.value == "[]"
+    finally:
+        os.unlink(secret)
+
+
+@needs_bwrap
+async def test_bwrap_has_no_network(local):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()  # the kernel would complete a connection even without accept()
+    port = server.getsockname()[1]
+    try:
+        sb = await local(isolation="bwrap")
+        cell = await run(sb, "import socket\ns = socket.socket()\ns.settimeout(2)\n"
+                             f"s.connect(('127.0.0.1', {port}))")
+        assert cell.error is not None
+        assert "ConnectionRefused" in cell.error or "unreachable" in cell.error.lower()
+        cell = await run(sb, "socket.getaddrinfo('example.com', 80)")
+        assert cell.error is not None and "gaierror" in cell.error
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()
+    finally:
+        server.close()
+
+
+@needs_bwrap
+async def test_bwrap_cannot_write_outside_workspace(local):
+    sb = await local(isolation="bwrap")
+    code = ("import os\nres = {}\n"
+            "for p in ['/usr/evil', '/recursa/context', '/recursa/worker.py', '/etc/evil',"
+            " '/evil']:\n"
+            "    try:\n"
+            "        open(p, 'a').close(); res[p] = 'written'\n"
+            "    except OSError as e:\n"
+            "        res[p] = type(e).__name__\n"
+            "open('ok.txt', 'w').write('fine')\n"
+            "open('/tmp/t.txt', 'w').write('fine')\nres")
+    cell = await run(sb, code)
+    assert cell.error is None, cell.error
+    assert "written" not in cell.value, cell.value
+    assert open(os.path.join(sb.workspace, "ok.txt")).read() == "fine"
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="uid drop only happens when the host is root")
+async def test_bwrap_as_root_drops_to_own_uid_and_limits_processes(local):
+    sb = await local(isolation="bwrap", max_processes=16)
+    cell = await run(sb, "import os\nos.getuid(), os.geteuid(), os.getgroups()")
+    uid, euid, groups = eval(cell.value)
+    assert uid == euid == sb.uid and uid >= 200000 and groups == []
+    code = ("import subprocess, sys\nps, err = [], None\n"
+            "for _ in range(40):\n"
+            "    try:\n"
+            "        ps.append(subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(5)']))\n"
+            "    except OSError as e:\n"
+            "        err = type(e).__name__\n        break\n"
+            "for p in ps:\n    p.kill(); p.wait()\n"
+            "len(ps), err")
+    cell = await run(sb, code)
+    started, err = eval(cell.value)
+    assert err is not None and started < 16
+
+
+@pytest.mark.slow
+async def test_many_cells_latency_is_small(local):
+    sb = await local(isolation=MODES[0])
+    t0 = time.perf_counter()
+    for i in range(200):
+        await run(sb, f"x = {i}")
+    per_cell = (time.perf_counter() - t0) / 200
+    assert per_cell < 0.02
