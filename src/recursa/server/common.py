@@ -1,0 +1,162 @@
+"""What the OpenAI-compatible server and the MCP server share: limit clamping, the test-only
+scripted model spec, progress lines from events, and a Result's spend summary."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from recursa.budget import Budget
+from recursa.types import Event, ModelClient, Result
+
+LIMIT_FIELDS = tuple(Budget.model_fields)
+REPLAY_FILE_PREFIX = "replay-file:"
+
+
+class RequestError(ValueError):
+    """A request that cannot be served as asked (bad field, limit, sub-model...)."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+# ---------------------------------------------------------------- models
+def load_model(spec: str | ModelClient | None) -> str | ModelClient | None:
+    """A model spec as RLM() takes it, plus one spec only the servers know:
+
+    `replay-file:PATH` (TEST-ONLY) — a scripted model read from a JSON file: either a list of
+    responses used once each, in order, or `{"cycle": [...]}`, repeated forever. It exists so
+    a test can drive a real `recursa serve` / `recursa mcp` *process* without a model; it
+    costs nothing and answers nothing of substance.
+    """
+    if not isinstance(spec, str) or not spec.startswith(REPLAY_FILE_PREFIX):
+        return spec
+    from recursa.models.replay import ReplayClient
+    path = Path(spec[len(REPLAY_FILE_PREFIX):])
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{spec}: cannot read a JSON script: {e}") from e
+    if isinstance(data, dict) and isinstance(data.get("cycle"), list) and data["cycle"]:
+        items = itertools.cycle([str(x) for x in data["cycle"]])
+        lock = threading.Lock()
+
+        def next_item(_messages: Any) -> str:
+            with lock:   # concurrent runs share one script
+                return next(items)
+        return ReplayClient(next_item, name=spec)
+    if isinstance(data, list):
+        return ReplayClient([str(x) for x in data], name=spec)
+    raise ValueError(f"{spec}: expected a JSON list of responses or {{\"cycle\": [...]}}")
+
+
+# ---------------------------------------------------------------- limits
+def clamp_limits(caps: Budget, requested: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    """Per-request limits, each at most the server's cap (requests can only tighten).
+
+    Returns (limits for acompletion, names of the limits that were lowered to the cap).
+    """
+    if not requested:
+        return {}, []
+    out: dict[str, Any] = {}
+    clamped: list[str] = []
+    cap_values = caps.model_dump()
+    for name, value in requested.items():
+        if name not in LIMIT_FIELDS:
+            raise RequestError(f"unknown limit {name!r}; known: {', '.join(LIMIT_FIELDS)}",
+                               param=f"recursa.{name}")
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise RequestError(f"limit {name!r} must be a number", param=f"recursa.{name}")
+        cap = cap_values[name]
+        if cap is not None and value > cap:
+            value = cap
+            clamped.append(name)
+        out[name] = value
+    try:
+        Budget.model_validate({**cap_values, **out})
+    except ValueError as e:
+        raise RequestError(f"invalid limits: {e}", param="recursa") from e
+    return out, clamped
+
+
+# ---------------------------------------------------------------- spend
+def spend(result: Result) -> dict[str, Any]:
+    """Tokens of the whole run (root, sub-calls, children) and its cost."""
+    inp = sum(r.usage.input_tokens for r in result.usage.values())
+    out = sum(r.usage.output_tokens for r in result.usage.values())
+    cached = sum(r.usage.cached_tokens for r in result.usage.values())
+    return {"input_tokens": inp, "output_tokens": out, "cached_tokens": cached,
+            "total_tokens": inp + out, "cost_usd": result.cost_usd}
+
+
+def summary(result: Result) -> dict[str, Any]:
+    """The run's outcome and spend, for a response's `recursa` field or an MCP tool result."""
+    return {"status": result.status, "ready": result.ready, "turns": result.turns,
+            "subcalls": result.subcalls, "elapsed_s": result.elapsed_s,
+            "limit": result.limit, "error": result.error, "run_id": result.run_id,
+            **spend(result),
+            "usage_by_role": {k: {"calls": v.calls, **v.usage.model_dump(),
+                                  "cost_usd": v.cost_usd} for k, v in result.usage.items()}}
+
+
+# ---------------------------------------------------------------- progress
+class Progress:
+    """Turns events into short progress lines and keeps running totals of the spend."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.cost_usd = 0.0
+        self.turns = 0
+        self.subcalls = 0
+
+    def _add(self, data: dict[str, Any]) -> None:
+        u = data.get("usage") or {}
+        self.tokens += int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
+        self.cost_usd += float(data.get("cost_usd") or 0.0)
+
+    def feed(self, ev: Event) -> dict[str, Any] | None:
+        """A progress item `{"line", "kind", "phase", "depth", "tokens", "cost_usd", ...}`,
+        or None for events not worth showing."""
+        d = ev.data
+        pad = "  " * ev.depth
+        line: str | None = None
+        if ev.kind == "turn" and ev.phase == "start":
+            line = "final answer turn" if d.get("last") else f"turn {d.get('turn', '?')}"
+            if ev.depth == 0 and not d.get("last"):
+                self.turns = int(d.get("turn", self.turns + 1))
+        elif ev.kind == "turn" and ev.phase == "end":
+            self._add(d)
+            if d.get("error"):
+                line = f"model call failed: {d['error']}"
+            elif "blocks" in d:
+                line = f"model wrote {d['blocks']} code block(s)"
+        elif ev.kind == "cell" and ev.phase == "end":
+            state = "timed out" if d.get("timed_out") else "error" if d.get("error") else "ok"
+            line = f"code ran in {float(d.get('elapsed_s') or 0):.2f}s ({state})"
+        elif ev.kind == "subcall" and ev.phase == "end":
+            self.subcalls += 1
+            self._add(d)
+            if d.get("error"):
+                line = f"sub-call failed: {str(d['error'])[:200]}"
+            else:
+                u = d.get("usage") or {}
+                n = int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
+                line = f"sub-call to {d.get('model', '?')}: {n} tokens"
+        elif ev.kind == "child" and ev.phase == "start":
+            line = "child RLM started"
+        elif ev.kind == "child" and ev.phase == "end":
+            line = f"child RLM finished ({d.get('status', '?')})"
+        elif ev.kind == "error":
+            line = f"error: {str(d.get('message') or d)[:200]}"
+        if line is None:
+            return None
+        return {"line": pad + line, "kind": ev.kind, "phase": ev.phase, "depth": ev.depth,
+                "turns": self.turns, "subcalls": self.subcalls, "tokens": self.tokens,
+                "cost_usd": round(self.cost_usd, 6)}

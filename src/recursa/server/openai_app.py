@@ -1,0 +1,552 @@
+"""An OpenAI-compatible HTTP API in front of an RLM: `/v1/models`, `/v1/chat/completions`.
+
+    app = create_app(ServerConfig(model="openai:gpt-5", sub_model="openai:gpt-5-mini",
+                                  api_key="s3cret", limits={"max_cost_usd": 1.0}))
+    serve(app, host="127.0.0.1", port=8000)          # or any ASGI server
+
+The request's final user message is the query; every other message, an optional `context` field
+and attached text files become the RLM's context (docs/server.md has the rules, the progress
+streaming format and the error shapes).
+
+Built on Starlette + uvicorn rather than FastAPI: the API is two routes whose request bodies we
+must parse ourselves anyway (the size limit applies *before* JSON parsing, and errors must use
+OpenAI's error shape, not FastAPI's 422 validation shape), and the run needs raw ASGI control
+(watching for the client's disconnect while the run goes on), so FastAPI's layer would only add
+a dependency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from recursa.budget import Budget
+from recursa.rlm import RLM
+from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
+from recursa.types import ContextError, Event, ModelClient, RecursaError, Result
+
+log = logging.getLogger("recursa.server")
+
+QUERY_PREVIEW = 1500          # as RLM does for rlm_query without a context
+ANSWER_CHUNK = 1000           # characters per content delta when streaming the answer
+
+
+# ---------------------------------------------------------------- configuration
+@dataclass
+class RunSpec:
+    """What the RLM factory is told about one request."""
+
+    sub_model: str | None                       # per-request override, already allowed
+    on_event: Callable[[Event], Any] | None      # progress hook (streaming requests only)
+
+
+@dataclass
+class ServerConfig:
+    """Everything the server needs; `limits` are the server's caps (requests may only lower them).
+
+    `rlm_factory(config, spec) -> RLM` builds one RLM per request; tests inject their own (a
+    scripted model, a counting sandbox). `api_key` is what *clients* must present to this
+    server; the upstream provider's key comes from the usual environment variables.
+    """
+
+    model: str | ModelClient | None = None
+    sub_model: str | ModelClient | None = None
+    base_url: str | None = None
+    sub_base_url: str | None = None
+    sandbox: str | Callable[[], Any] = "local"
+    limits: dict[str, Any] = field(default_factory=dict)
+    concurrency: int = 32                        # sub-calls in flight within one run
+    max_output_chars: int = 8192
+    trace_dir: str | None = None
+    api_key: str | None = None
+    max_runs: int = 4                            # runs at once; more get 429
+    max_request_bytes: int = 16 * 1024 * 1024
+    served_model: str = "recursa"
+    allowed_sub_models: list[str] = field(default_factory=list)
+    keepalive_s: float = 15.0
+    progress: Literal["reasoning", "field", "none"] = "reasoning"
+    rlm_factory: Callable[[ServerConfig, RunSpec], RLM] | None = None
+
+    def caps(self) -> Budget:
+        return Budget(**self.limits)
+
+
+def default_rlm_factory(config: ServerConfig, spec: RunSpec) -> RLM:
+    return RLM(model=config.model, sub_model=spec.sub_model or config.sub_model,
+               base_url=config.base_url, sub_base_url=config.sub_base_url,
+               sandbox=config.sandbox, concurrency=config.concurrency,
+               max_output_chars=config.max_output_chars, trace_dir=config.trace_dir,
+               on_event=spec.on_event, **config.limits)
+
+
+# ---------------------------------------------------------------- errors
+def error_response(status: int, message: str, *, type_: str = "invalid_request_error",
+                   param: str | None = None, code: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    """OpenAI's error shape, so official clients raise their usual typed errors."""
+    return JSONResponse({"error": {"message": message, "type": type_, "param": param,
+                                   "code": code}}, status_code=status, headers=headers)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused as soon as it passes `limit` bytes (before any parsing)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _TooLarge
+    buf = bytearray()
+    async for chunk in request.stream():   # also catches chunked bodies without a length
+        buf += chunk
+        if len(buf) > limit:
+            raise _TooLarge
+    return bytes(buf)
+
+
+# ---------------------------------------------------------------- request -> run
+@dataclass
+class ChatRun:
+    query: str
+    context: Any
+    stream: bool
+    include_usage: bool
+    limits: dict[str, Any]
+    clamped: list[str]
+    sub_model: str | None
+    model_name: str
+
+
+def _text_of_file(part: dict[str, Any]) -> tuple[str, str]:
+    """(filename, text) of an attached file given inline as base64 `file_data`."""
+    f = part.get("file") if isinstance(part.get("file"), dict) else {}
+    data = f.get("file_data")
+    name = str(f.get("filename") or "file")
+    if not isinstance(data, str):
+        raise RequestError("attached files must carry their contents inline as `file_data` "
+                           "(uploaded `file_id`s are not supported)", param="messages")
+    if data.startswith("data:"):
+        _, _, data = data.partition(",")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise RequestError(f"file {name!r}: file_data is not valid base64", param="messages") from e
+    if b"\x00" in raw[:8192]:
+        raise RequestError(f"file {name!r} looks binary; only text files can be context",
+                           param="messages")
+    return name, raw.decode("utf-8", errors="replace")
+
+
+def _split_content(content: Any) -> tuple[str, list[tuple[str, str]]]:
+    """A message's text and its attached files."""
+    if content is None:
+        return "", []
+    if isinstance(content, str):
+        return content, []
+    if not isinstance(content, list):
+        raise RequestError("message content must be a string or a list of parts",
+                           param="messages")
+    texts: list[str] = []
+    files: list[tuple[str, str]] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            texts.append(str(part.get("text") or ""))
+        elif kind == "file":
+            files.append(_text_of_file(part))
+        else:
+            raise RequestError(f"unsupported content part type {kind!r} (text and file only)",
+                               param="messages")
+    return "\n".join(texts), files
+
+
+def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
+    """Validate a chat-completions request and turn it into a query, a context and limits."""
+    if not isinstance(body, dict):
+        raise RequestError("the request body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages or \
+            not all(isinstance(m, dict) for m in messages):
+        raise RequestError("`messages` must be a non-empty list of message objects",
+                           param="messages")
+    if body.get("n") not in (None, 1):
+        raise RequestError("only n=1 is supported", param="n")
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if last is None:
+        raise RequestError("no user message: the final user message is the query",
+                           param="messages")
+    query, files = _split_content(messages[last].get("content"))
+    query = query.strip()
+    if not query:
+        raise RequestError("the final user message has no text to use as the query",
+                           param="messages")
+
+    # Every other message becomes a transcript the RLM can read as context.
+    lines: list[str] = []
+    for i, m in enumerate(messages):
+        if i == last:
+            continue
+        text, more = _split_content(m.get("content"))
+        files.extend(more)
+        if text.strip():
+            lines.append(f"[{m.get('role', 'user')}]\n{text}")
+    parts: dict[str, Any] = {}
+    if "context" in body and body["context"] is not None:
+        given = body["context"]
+        if not isinstance(given, str | list | dict):
+            raise RequestError("`context` must be a string, a list or an object", param="context")
+        if len(given) == 0:
+            raise RequestError("`context` is empty: there is nothing to answer the query over",
+                               param="context")
+        parts["context"] = given
+    if lines:
+        parts["conversation"] = "\n\n".join(lines)
+    if files:
+        names: dict[str, str] = {}
+        for name, text in files:
+            key, n = name, 1
+            while key in names:   # two attachments with one name keep both
+                n += 1
+                key = f"{name} ({n})"
+            names[key] = text
+        parts["files"] = names
+    if not parts:
+        # Nothing but the question: like rlm_query without a context, the message itself is the
+        # context, so a plain chat client pasting a huge document still gets an RLM over it.
+        context: Any = query
+        if len(query) > QUERY_PREVIEW:
+            query = query[:QUERY_PREVIEW] + " ...\n(The full request is the REPL variable " \
+                "`context`.)"
+    elif len(parts) == 1:
+        context = next(iter(parts.values()))
+    else:
+        context = parts
+
+    rec = body.get("recursa") or {}
+    if not isinstance(rec, dict):
+        raise RequestError("`recursa` must be an object", param="recursa")
+    rec = dict(rec)
+    sub_model = rec.pop("sub_model", None)
+    if sub_model is not None:
+        allowed = set(config.allowed_sub_models)
+        for spec in (config.sub_model, config.model):
+            if isinstance(spec, str):
+                allowed.add(spec)
+        if not isinstance(sub_model, str) or sub_model not in allowed:
+            raise RequestError(f"sub_model {sub_model!r} is not allowed on this server; allowed: "
+                               f"{', '.join(sorted(allowed)) or '(none)'}",
+                               param="recursa.sub_model", code="sub_model_not_allowed")
+    limits, clamped = clamp_limits(config.caps(), rec)
+    opts = body.get("stream_options") or {}
+    return ChatRun(query=query, context=context, stream=bool(body.get("stream")),
+                   include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
+                   limits=limits, clamped=clamped, sub_model=sub_model,
+                   model_name=str(body.get("model") or config.served_model))
+
+
+# ---------------------------------------------------------------- responses
+def openai_usage(result: Result) -> dict[str, Any]:
+    s = spend(result)
+    return {"prompt_tokens": s["input_tokens"], "completion_tokens": s["output_tokens"],
+            "total_tokens": s["total_tokens"],
+            "prompt_tokens_details": {"cached_tokens": s["cached_tokens"]},
+            "cost": s["cost_usd"]}   # the field OpenRouter uses; None when a price is unknown
+
+
+def finish_reason(result: Result) -> str:
+    return "length" if result.status == "limit" else "stop"
+
+
+def _recursa_field(result: Result, run: ChatRun) -> dict[str, Any]:
+    return {**summary(result), "limits": run.limits, "clamped": run.clamped}
+
+
+_DONE, _GONE = object(), object()
+
+
+class RunResponse:
+    """Runs one RLM as an ASGI response: a JSON body, or SSE chunks when streaming.
+
+    It owns the run from start to end: the client's disconnect cancels the run task (whose own
+    cleanup closes the sandbox and the model clients), and the concurrency slot is released
+    whatever happens, including a client gone before the first byte.
+    """
+
+    def __init__(self, config: ServerConfig, run: ChatRun, release: Callable[[], None]):
+        self.config = config
+        self.run = run
+        self.release = release
+        self.id = "chatcmpl-" + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+
+    def _chunk(self, delta: dict[str, Any] | None, finish: str | None = None,
+               **extra: Any) -> dict[str, Any]:
+        choices = [] if delta is None else [{"index": 0, "delta": delta,
+                                             "finish_reason": finish, "logprobs": None}]
+        return {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                "model": self.run.model_name, "choices": choices, **extra}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        task: asyncio.Task[Result] | None = None
+        watcher: asyncio.Task[None] | None = None
+
+        def on_event(ev: Event) -> None:   # may be called from a worker thread
+            loop.call_soon_threadsafe(queue.put_nowait, ev)
+
+        async def watch() -> None:
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    queue.put_nowait(_GONE)
+                    return
+
+        try:
+            factory = self.config.rlm_factory or default_rlm_factory
+            rlm = factory(self.config, RunSpec(
+                sub_model=self.run.sub_model,
+                on_event=on_event if self.run.stream and self.config.progress != "none"
+                else None))
+            task = asyncio.create_task(rlm.acompletion(self.run.query, self.run.context,
+                                                       **self.run.limits))
+            task.add_done_callback(lambda _t: queue.put_nowait(_DONE))
+            watcher = asyncio.create_task(watch())
+            if self.run.stream:
+                await self._stream(queue, task, send)
+            else:
+                await self._plain(queue, task, send)
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if task is not None and not task.done():
+                task.cancel()     # the run's own finally blocks close its sandbox and clients
+                log.info("run %s cancelled: the client went away", self.id)
+            if task is not None:
+                with contextlib.suppress(BaseException):
+                    await task
+            self.release()
+
+    async def _outcome(self, task: asyncio.Task[Result]) -> Result | Response:
+        try:
+            return task.result()
+        except ContextError as e:
+            return error_response(400, str(e), param="context")
+        except (RecursaError, ValueError, TypeError) as e:
+            return error_response(500, f"{type(e).__name__}: {e}", type_="server_error")
+        except Exception as e:  # noqa: BLE001 - a failed run is reported, never a crash
+            log.exception("run %s failed", self.id)
+            return error_response(500, f"{type(e).__name__}: {e}", type_="server_error")
+
+    def _failed(self, res: Result) -> Response | None:
+        if res.status == "error" and not res.answer:
+            return error_response(502, f"the RLM run failed: {res.error}", type_="server_error",
+                                  code="rlm_error")
+        return None
+
+    async def _plain(self, queue: asyncio.Queue[Any], task: asyncio.Task[Result],
+                     send: Send) -> None:
+        while True:
+            item = await queue.get()
+            if item is _GONE:
+                return
+            if item is _DONE:
+                break
+        out = await self._outcome(task)
+        if isinstance(out, Result):
+            out = self._failed(out) or JSONResponse({
+                "id": self.id, "object": "chat.completion", "created": self.created,
+                "model": self.run.model_name,
+                "choices": [{"index": 0, "finish_reason": finish_reason(out), "logprobs": None,
+                             "message": {"role": "assistant", "content": out.answer,
+                                         "refusal": None}}],
+                "usage": openai_usage(out), "recursa": _recursa_field(out, self.run)})
+        await out({"type": "http"}, _never_receive, send)
+
+    async def _stream(self, queue: asyncio.Queue[Any], task: asyncio.Task[Result],
+                      send: Send) -> None:
+        async def emit(obj: dict[str, Any] | str) -> None:
+            data = obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":"))
+            await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(),
+                        "more_body": True})
+
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
+        await emit(self._chunk({"role": "assistant", "content": ""}))
+        progress = Progress()
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), self.config.keepalive_s)
+            except TimeoutError:
+                # An SSE comment keeps idle proxies from closing a long run's connection.
+                await send({"type": "http.response.body", "body": b": keep-alive\n\n",
+                            "more_body": True})
+                continue
+            if item is _GONE:
+                return
+            if item is _DONE:
+                break
+            p = progress.feed(item)
+            if p is None:
+                continue
+            if self.config.progress == "reasoning":
+                await emit(self._chunk({"reasoning_content": p["line"] + "\n"},
+                                       recursa_progress=p))
+            else:
+                await emit(self._chunk({}, recursa_progress=p))
+        out = await self._outcome(task)
+        if isinstance(out, Result):
+            failed = self._failed(out)
+        else:
+            failed = out
+        if failed is not None:
+            # Mid-stream errors travel as an `error` event, which the official clients raise.
+            await emit(json.loads(bytes(failed.body)))
+        else:
+            assert isinstance(out, Result)
+            for i in range(0, len(out.answer), ANSWER_CHUNK):
+                await emit(self._chunk({"content": out.answer[i:i + ANSWER_CHUNK]}))
+            await emit(self._chunk({}, finish_reason(out),
+                                   recursa=_recursa_field(out, self.run)))
+            if self.run.include_usage:
+                await emit(self._chunk(None, usage=openai_usage(out)))
+        await emit("[DONE]")
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _never_receive() -> dict[str, Any]:
+    await asyncio.Event().wait()
+    return {"type": "http.disconnect"}
+
+
+# ---------------------------------------------------------------- the app
+class _Slots:
+    """A non-blocking counter of runs in flight: full means 429 now, not a queue."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.used = 0
+
+    def try_acquire(self) -> Callable[[], None] | None:
+        if self.used >= self.size:
+            return None
+        self.used += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.used -= 1
+        return release
+
+
+def create_app(config: ServerConfig) -> Starlette:
+    """The ASGI app. `config.model` may name a scripted model (`replay-file:...`, test-only)."""
+    config.model = load_model(config.model)
+    config.sub_model = load_model(config.sub_model)
+    caps = config.caps()   # fail at start-up, not per request, on bad server limits
+    slots = _Slots(config.max_runs)
+
+    def authorized(request: Request) -> bool:
+        if not config.api_key:
+            return True
+        got = request.headers.get("authorization", "")
+        scheme, _, token = got.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(),
+                                                                  config.api_key.encode())
+
+    def unauthorized() -> Response:
+        return error_response(401, "Incorrect API key provided: present this server's key as "
+                              "`Authorization: Bearer <key>`", code="invalid_api_key",
+                              headers={"www-authenticate": "Bearer"})
+
+    def guarded(fn: Callable[[Request], Awaitable[Response | RunResponse]]
+                ) -> Callable[[Request], Awaitable[Any]]:
+        async def endpoint(request: Request) -> Any:
+            if not authorized(request):
+                return unauthorized()
+            return await fn(request)
+        return endpoint
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": config.served_model, "object": "model", "created": 0, "owned_by": "recursa"}]})
+
+    async def model(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != config.served_model:
+            return error_response(404, f"The model {name!r} does not exist",
+                                  code="model_not_found", param="model")
+        return JSONResponse({"id": name, "object": "model", "created": 0, "owned_by": "recursa"})
+
+    async def prepare(request: Request) -> ChatRun | Response:
+        try:
+            raw = await _read_body(request, config.max_request_bytes)
+        except _TooLarge:
+            return error_response(413, f"request body exceeds this server's limit of "
+                                  f"{config.max_request_bytes:,} bytes", code="request_too_large")
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            return error_response(400, f"the request body is not valid JSON: {e}")
+        try:
+            return parse_chat(body, config)
+        except RequestError as e:
+            return error_response(400, str(e), param=e.param, code=e.code)
+
+    async def chat(request: Request) -> Response | RunResponse:
+        release = slots.try_acquire()
+        if release is None:
+            return error_response(
+                429, f"this recursa server is running its maximum of {config.max_runs} "
+                "concurrent requests; retry shortly", type_="rate_limit_error",
+                code="concurrency_limit", headers={"retry-after": "1"})
+        try:
+            run = await prepare(request)
+        except BaseException:
+            release()
+            raise
+        if isinstance(run, Response):
+            release()
+            return run
+        return RunResponse(config, run, release)   # it releases the slot when the run ends
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok", "running": slots.used, "max_runs": slots.size})
+
+    app = Starlette(routes=[
+        Route("/v1/models", guarded(models), methods=["GET"]),
+        Route("/v1/models/{name:path}", guarded(model), methods=["GET"]),
+        Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+    ])
+    app.state.config = config
+    app.state.caps = caps
+    app.state.slots = slots
+    return app
+
+
+def serve(app: Starlette, host: str = "127.0.0.1", port: int = 8000,
+          log_level: str = "info") -> None:
+    """Run the app under uvicorn until interrupted."""
+    import uvicorn
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5)

@@ -1,0 +1,439 @@
+"""The OpenAI-compatible server, driven by the official `openai` client against a real uvicorn
+server in a thread (ephemeral loopback port), with a scripted model and a counting sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+openai = pytest.importorskip("openai")
+uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("starlette")
+
+from recursa.models.replay import ReplayClient  # noqa: E402
+from recursa.rlm import RLM  # noqa: E402
+from recursa.sandbox import make_sandbox  # noqa: E402
+from recursa.server.openai_app import RunSpec, ServerConfig, create_app, parse_chat  # noqa: E402
+
+KEY = "test-server-key-123"
+
+
+# ---------------------------------------------------------------- harness
+class CountingSandboxes:
+    """Wraps a sandbox kind; counts sandboxes started and closed, so tests can see cleanup."""
+
+    def __init__(self, kind: str = "inprocess"):
+        self.kind = kind
+        self.started = 0
+        self.closed = 0
+        self.lock = threading.Lock()
+
+    @property
+    def open(self) -> int:
+        with self.lock:
+            return self.started - self.closed
+
+    def __call__(self) -> Any:
+        inner = make_sandbox(self.kind)
+        counter = self
+
+        class Counted:
+            isolation = inner.isolation
+
+            async def start(self, payload: Any, handler: Any) -> None:
+                with counter.lock:
+                    counter.started += 1
+                await inner.start(payload, handler)
+
+            async def run(self, code: str, **kw: Any) -> Any:
+                return await inner.run(code, **kw)
+
+            async def close(self) -> None:
+                try:
+                    await inner.close()
+                finally:
+                    with counter.lock:
+                        counter.closed += 1
+        return Counted()
+
+
+def code(src: str) -> str:
+    return f"```repl\n{src}\n```"
+
+
+class Scripted:
+    """Root and sub-model responders; the root one is a function of the first user message."""
+
+    def __init__(self, root: Callable[[list[dict[str, Any]]], Any],
+                 sub: Callable[[list[dict[str, Any]]], Any] | None = None,
+                 cost: float | None = 0.001):
+        self.root = ReplayClient(root, name="replay:root", cost_usd=cost)
+        self.sub = ReplayClient(sub or (lambda m: "sub answer"), name="replay:sub",
+                                cost_usd=cost)
+
+
+class Server:
+    def __init__(self, app: Any):
+        self.app = app
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
+                                                    log_level="warning", lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.base = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+    def client(self, key: str | None = KEY, **kw: Any) -> Any:
+        return openai.OpenAI(base_url=self.base + "/v1", api_key=key or "none", max_retries=0,
+                             **kw)
+
+
+def make_server(scripted: Scripted, sandboxes: CountingSandboxes | None = None,
+                **config: Any) -> Server:
+    boxes = sandboxes or CountingSandboxes()
+
+    def factory(cfg: ServerConfig, spec: RunSpec) -> RLM:
+        return RLM(model=scripted.root, sub_model=scripted.sub, sandbox=boxes,
+                   on_event=spec.on_event, **cfg.limits)
+    config.setdefault("api_key", KEY)
+    cfg = ServerConfig(model=scripted.root, rlm_factory=factory, **config)
+    return Server(create_app(cfg))
+
+
+def wait_for(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.02)
+
+
+def echo_context_root(messages: list[dict[str, Any]]) -> str:
+    """Answers with a description of `context` and one sub-call, so usage has both roles."""
+    return code("s = llm_query('summarise')\n"
+                "FINAL('type=' + type(context).__name__ + ' size=' + str(len(context))"
+                " + ' keys=' + (','.join(sorted(context)) if isinstance(context, dict) else '-')"
+                " + ' sub=' + s)")
+
+
+# ---------------------------------------------------------------- unit: request parsing
+def test_parse_chat_context_rules() -> None:
+    cfg = ServerConfig(model="replay:", limits={"max_iterations": 5, "max_cost_usd": 1.0})
+    one = parse_chat({"messages": [{"role": "user", "content": "What is 2+2?"}]}, cfg)
+    assert one.query == "What is 2+2?" and one.context == "What is 2+2?"
+
+    big = "x" * 5000
+    r = parse_chat({"messages": [{"role": "user", "content": big}]}, cfg)
+    assert r.context == big and len(r.query) < 1700 and "REPL variable `context`" in r.query
+
+    r = parse_chat({"messages": [{"role": "system", "content": "be brief"},
+                                 {"role": "user", "content": "doc one"},
+                                 {"role": "assistant", "content": "ok"},
+                                 {"role": "user", "content": "  the question  "}]}, cfg)
+    assert r.query == "the question"
+    assert r.context == "[system]\nbe brief\n\n[user]\ndoc one\n\n[assistant]\nok"
+
+    data = base64.b64encode(b"file body").decode()
+    r = parse_chat({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "q?"},
+        {"type": "file", "file": {"filename": "a.txt",
+                                  "file_data": f"data:text/plain;base64,{data}"}}]}],
+        "context": {"k": "v"}, "recursa": {"max_iterations": 50, "max_depth": 0}}, cfg)
+    assert r.query == "q?"
+    assert r.context == {"context": {"k": "v"}, "files": {"a.txt": "file body"}}
+    assert r.limits == {"max_iterations": 5, "max_depth": 0} and r.clamped == ["max_iterations"]
+
+
+@pytest.mark.parametrize("body, needle", [
+    ({"messages": []}, "non-empty list"),
+    ({"messages": [{"role": "system", "content": "hi"}]}, "no user message"),
+    ({"messages": [{"role": "user", "content": "   "}]}, "no text"),
+    ({"messages": [{"role": "user", "content": "q"}], "context": ""}, "empty"),
+    ({"messages": [{"role": "user", "content": "q"}], "recursa": {"max_bogus": 1}},
+     "unknown limit"),
+    ({"messages": [{"role": "user", "content": "q"}], "recursa": {"sub_model": "openai:x"}},
+     "not allowed"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+     "unsupported content part"),
+    ({"messages": [{"role": "user", "content": "q"}], "n": 2}, "n=1"),
+])
+def test_parse_chat_rejects(body: dict[str, Any], needle: str) -> None:
+    from recursa.server.common import RequestError
+    with pytest.raises(RequestError, match=needle):
+        parse_chat(body, ServerConfig(model="replay:"))
+
+
+# ---------------------------------------------------------------- end to end
+@pytest.fixture
+def boxes() -> CountingSandboxes:
+    return CountingSandboxes()
+
+
+@pytest.fixture
+def server(boxes: CountingSandboxes) -> Iterator[Server]:
+    with make_server(Scripted(echo_context_root), boxes,
+                     limits={"max_iterations": 4, "max_cost_usd": 5.0}) as srv:
+        yield srv
+
+
+def test_models_and_auth(server: Server) -> None:
+    ids = [m.id for m in server.client().models.list()]
+    assert ids == ["recursa"]
+    with pytest.raises(openai.AuthenticationError) as e:
+        server.client(key="wrong").models.list()
+    assert e.value.code == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        server.client(key="wrong").chat.completions.create(
+            model="recursa", messages=[{"role": "user", "content": "q"}])
+    assert httpx.get(server.base + "/health").json()["status"] == "ok"
+
+
+def test_plain_completion_usage_and_cost(server: Server, boxes: CountingSandboxes) -> None:
+    resp = server.client().chat.completions.create(
+        model="recursa", messages=[{"role": "user", "content": "How big?"}],
+        extra_body={"context": "a" * 1234})
+    msg = resp.choices[0].message.content
+    assert msg == "type=str size=1234 keys=- sub=sub answer"
+    assert resp.choices[0].finish_reason == "stop"
+    rec = resp.model_extra["recursa"]
+    assert rec["status"] == "final" and rec["turns"] == 1 and rec["subcalls"] == 1
+    assert set(rec["usage_by_role"]) == {"root", "sub"}
+    # usage covers the root turn and the sub-call; cost is the scripted $0.001 per call
+    root, sub = rec["usage_by_role"]["root"], rec["usage_by_role"]["sub"]
+    assert resp.usage.prompt_tokens == root["input_tokens"] + sub["input_tokens"]
+    assert resp.usage.completion_tokens == root["output_tokens"] + sub["output_tokens"]
+    assert resp.usage.total_tokens == resp.usage.prompt_tokens + resp.usage.completion_tokens
+    assert resp.usage.model_extra["cost"] == pytest.approx(0.002)
+    assert rec["cost_usd"] == pytest.approx(0.002)
+    assert boxes.started == 1 and boxes.open == 0
+
+
+def test_history_context_and_files_become_a_dict(server: Server) -> None:
+    data = base64.b64encode(b"hello file").decode()
+    resp = server.client().chat.completions.create(model="recursa", messages=[
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": [
+            {"type": "text", "text": "Summarise."},
+            {"type": "file", "file": {"filename": "notes.txt", "file_data": data}}]}],
+        extra_body={"context": ["r1", "r2"]})
+    assert resp.choices[0].message.content.startswith(
+        "type=dict size=3 keys=context,conversation,files")
+
+
+def test_streaming_progress_answer_and_usage(server: Server, boxes: CountingSandboxes) -> None:
+    stream = server.client().chat.completions.create(
+        model="recursa", messages=[{"role": "user", "content": "How big?"}],
+        extra_body={"context": "abc"}, stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    progress = [c.model_extra.get("recursa_progress") for c in chunks
+                if c.model_extra.get("recursa_progress")]
+    lines = [p["line"] for p in progress]
+    assert lines[0] == "turn 1" and any("sub-call to" in x for x in lines)
+    reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or ""
+                        for c in chunks if c.choices)
+    assert "turn 1" in reasoning
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert content == "type=str size=3 keys=- sub=sub answer"
+    finish = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finish) == 1 and finish[0].choices[0].finish_reason == "stop"
+    assert finish[0].model_extra["recursa"]["status"] == "final"
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0
+    assert chunks[-1].usage.model_extra["cost"] == pytest.approx(0.002)
+    # progress is emitted as it happens: it precedes the answer
+    first_content = next(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.content)
+    first_progress = next(i for i, c in enumerate(chunks) if c.model_extra.get("recursa_progress"))
+    assert first_progress < first_content
+    assert boxes.open == 0
+
+
+def test_stream_without_include_usage_has_no_usage_chunk(server: Server) -> None:
+    chunks = list(server.client().chat.completions.create(
+        model="recursa", messages=[{"role": "user", "content": "q"}], stream=True))
+    assert all(c.choices for c in chunks)
+
+
+def test_bad_requests_are_400_in_openai_shape(server: Server) -> None:
+    c = server.client()
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="recursa", messages=[{"role": "system", "content": "x"}])
+    assert "no user message" in e.value.message
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="recursa", messages=[{"role": "user", "content": "q"}],
+                                  extra_body={"context": []})
+    assert e.value.body["param"] == "context"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="recursa", messages=[{"role": "user", "content": "q"}],
+                                  extra_body={"recursa": {"sub_model": "openai:gpt-5"}})
+    assert e.value.code == "sub_model_not_allowed"
+    r = httpx.post(server.base + "/v1/chat/completions", content=b"{not json",
+                   headers={"authorization": f"Bearer {KEY}"})
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_per_request_limits_are_clamped(server: Server) -> None:
+    resp = server.client().chat.completions.create(
+        model="recursa", messages=[{"role": "user", "content": "q"}],
+        extra_body={"recursa": {"max_iterations": 99, "max_cost_usd": 0.5}})
+    rec = resp.model_extra["recursa"]
+    assert rec["limits"] == {"max_iterations": 4, "max_cost_usd": 0.5}
+    assert rec["clamped"] == ["max_iterations"]
+
+
+def test_oversize_request_is_413_before_parsing() -> None:
+    with make_server(Scripted(echo_context_root), max_request_bytes=4096) as srv:
+        with pytest.raises(openai.APIStatusError) as e:
+            srv.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}],
+                extra_body={"context": "z" * 10_000})
+        assert e.value.status_code == 413 and e.value.code == "request_too_large"
+
+        def body() -> Iterator[bytes]:   # chunked, no Content-Length: caught while streaming
+            yield b'{"messages": [{"role": "user", "content": "q"}], "context": "'
+            for _ in range(10):
+                yield b"z" * 1000
+            yield b'"}'
+        r = httpx.post(srv.base + "/v1/chat/completions", content=body(),
+                       headers={"authorization": f"Bearer {KEY}"})
+        assert r.status_code == 413
+        assert srv.app.state.slots.used == 0
+
+
+def slow_root(messages: list[dict[str, Any]]) -> Any:
+    async def later() -> str:
+        await asyncio.sleep(60)
+        return code("FINAL('too late')")
+    return later()
+
+
+def test_concurrency_limit_429() -> None:
+    boxes = CountingSandboxes()
+    with make_server(Scripted(slow_root), boxes, max_runs=1) as srv:
+        busy = srv.client(timeout=3)   # gives up (and disconnects) after 3 s
+        t = threading.Thread(target=lambda: _swallow(lambda: busy.chat.completions.create(
+            model="recursa", messages=[{"role": "user", "content": "q"}])), daemon=True)
+        t.start()
+        wait_for(lambda: boxes.started == 1)
+        with pytest.raises(openai.RateLimitError) as e:
+            srv.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}])
+        assert e.value.code == "concurrency_limit"
+        assert e.value.response.headers["retry-after"] == "1"
+        t.join(10)   # the first client timed out and dropped its connection: run cancelled
+        wait_for(lambda: boxes.open == 0 and srv.app.state.slots.used == 0)
+
+
+def _swallow(fn: Callable[[], Any]) -> None:
+    try:
+        fn()
+    except Exception:
+        pass
+
+
+def test_disconnect_cancels_plain_run_and_closes_sandbox() -> None:
+    boxes = CountingSandboxes()
+    with make_server(Scripted(slow_root), boxes) as srv:
+        with pytest.raises(openai.APITimeoutError):
+            srv.client(timeout=1.0).chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}])
+        wait_for(lambda: boxes.closed == 1 and srv.app.state.slots.used == 0, timeout=5)
+        assert boxes.started == 1
+
+
+def test_disconnect_cancels_streaming_run_and_closes_sandbox() -> None:
+    boxes = CountingSandboxes()
+    with make_server(Scripted(slow_root), boxes) as srv:
+        stream = srv.client(timeout=30).chat.completions.create(
+            model="recursa", messages=[{"role": "user", "content": "q"}], stream=True)
+        first = next(iter(stream))
+        assert first.choices[0].delta.role == "assistant"
+        wait_for(lambda: boxes.started == 1)
+        stream.close()
+        wait_for(lambda: boxes.closed == 1 and srv.app.state.slots.used == 0, timeout=5)
+
+
+def test_disconnect_kills_a_running_local_sandbox_cell() -> None:
+    """With the isolated worker: a cell busy sleeping is ended with the run."""
+    boxes = CountingSandboxes("local")
+    root = Scripted(lambda m: code("import time\ntime.sleep(60)\nFINAL('late')"))
+    with make_server(root, boxes, limits={"cell_timeout": 120}) as srv:
+        with pytest.raises(openai.APITimeoutError):
+            srv.client(timeout=2.0).chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}])
+        wait_for(lambda: boxes.closed == 1, timeout=10)
+
+
+def test_failed_run_is_502() -> None:
+    def broken(messages: list[dict[str, Any]]) -> str:
+        from recursa.types import ModelError
+        raise ModelError("upstream exploded")
+    with make_server(Scripted(broken)) as srv:
+        with pytest.raises(openai.APIStatusError) as e:
+            srv.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}])
+        assert e.value.status_code == 502 and "upstream exploded" in e.value.message
+        with pytest.raises(openai.APIError, match="upstream exploded"):
+            list(srv.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}], stream=True))
+
+
+def test_limit_reached_is_finish_reason_length() -> None:
+    with make_server(Scripted(lambda m: code("answer['content'] = 'partial'")),
+                     limits={"max_iterations": 1}) as srv:
+        resp = srv.client().chat.completions.create(
+            model="recursa", messages=[{"role": "user", "content": "q"}])
+        assert resp.model_extra["recursa"]["status"] in ("extracted", "limit")
+        assert resp.choices[0].message.content
+
+
+def test_no_api_key_means_open_server() -> None:
+    with make_server(Scripted(echo_context_root), api_key=None) as srv:
+        assert srv.client(key="anything").models.list().data[0].id == "recursa"
+
+
+# ---------------------------------------------------------------- overhead
+@pytest.mark.slow
+def test_measure_server_overhead(capsys: pytest.CaptureFixture[str]) -> None:
+    """Median time of a request through the server vs a direct acompletion (same script)."""
+    scripted = Scripted(lambda m: code("FINAL('ok')"))
+    n = 30
+    direct: list[float] = []
+    for _ in range(n):
+        rlm = RLM(model=scripted.root, sub_model=scripted.sub, sandbox="inprocess")
+        t0 = time.perf_counter()
+        rlm.completion("q", "ctx")
+        direct.append(time.perf_counter() - t0)
+    served: list[float] = []
+    with make_server(scripted) as srv:
+        c = srv.client()
+        c.chat.completions.create(model="recursa", messages=[{"role": "user", "content": "q"}])
+        for _ in range(n):
+            t0 = time.perf_counter()
+            c.chat.completions.create(model="recursa",
+                                      messages=[{"role": "user", "content": "q"}],
+                                      extra_body={"context": "ctx"})
+            served.append(time.perf_counter() - t0)
+    d, s = statistics.median(direct), statistics.median(served)
+    with capsys.disabled():
+        print(f"\nserver overhead: direct {d * 1000:.1f} ms, served {s * 1000:.1f} ms, "
+              f"overhead {(s - d) * 1000:.1f} ms (median of {n})")
+    assert s - d < 0.5
+    json.dumps({"direct_ms": d * 1000, "served_ms": s * 1000})
