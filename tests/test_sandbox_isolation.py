@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
+import sys
 import tempfile
 import time
 import uuid
@@ -13,7 +15,7 @@ import pytest
 
 from recursa.sandbox import LocalSandbox, WorkerSession
 from recursa.sandbox.local import _bwrap_works, find_bwrap
-from recursa.sandbox.transport import SubprocessTransport, describe_exit
+from recursa.sandbox.transport import SubprocessTransport, descendants, describe_exit
 from recursa.types import SandboxError
 from test_sandbox import Recorder, payload_for, run
 
@@ -308,3 +310,76 @@ async def test_many_cells_latency_is_small(local):
         await run(sb, f"x = {i}")
     per_cell = (time.perf_counter() - t0) / 200
     assert per_cell < 0.02
+
+
+HOST_SCRIPT = """
+import asyncio, sys
+from recursa.sandbox import LocalSandbox
+from recursa.types import ContextPayload
+
+async def handler(kind, args):
+    return ""
+
+async def main():
+    sb = LocalSandbox(isolation=sys.argv[2])
+    p = ContextPayload(path=sys.argv[1], kind="text", sha256="-", size_bytes=1)
+    await sb.start(p, handler)
+    print(sb.session._transport.pid, flush=True)
+    await sb.run("while True:\\n    pass", timeout=600, max_output_chars=100)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_worker_dies_when_host_is_killed(mode, tmp_path):
+    ctx = payload_for(tmp_path, "c")
+    script = tmp_path / "host.py"
+    script.write_text(HOST_SCRIPT)
+    host = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), ctx.path, mode, stdout=asyncio.subprocess.PIPE)
+    try:
+        line = await asyncio.wait_for(host.stdout.readline(), 20)
+        child = int(line)
+        tree = [child, *descendants(child)]
+        await asyncio.sleep(0.3)  # the busy cell is running now
+    finally:
+        host.kill()
+        await host.wait()
+    for _ in range(60):
+        alive = [p for p in tree if os.path.exists(f"/proc/{p}") and not _zombie(p)]
+        if not alive:
+            break
+        await asyncio.sleep(0.05)
+    assert alive == []
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except OSError:
+        return True
+
+
+def test_sandboxes_satisfy_the_protocol():
+    from recursa.sandbox import InProcessSandbox
+    from recursa.types import Sandbox
+
+    assert isinstance(LocalSandbox(isolation="limits"), Sandbox)
+    assert isinstance(InProcessSandbox(), Sandbox)
+    assert "not isolated" in LocalSandbox(isolation="limits").isolation
+    assert "in-process" in InProcessSandbox().isolation
+
+
+def test_missing_bwrap_warns_once_and_uses_limits(monkeypatch, caplog):
+    import recursa.sandbox.local as local_mod
+
+    monkeypatch.setattr(local_mod, "_warned_no_bwrap", False)
+    with caplog.at_level(logging.WARNING, logger="recursa.sandbox"):
+        a = LocalSandbox(bwrap="/nonexistent/bwrap")
+        b = LocalSandbox(bwrap="/nonexistent/bwrap")
+    assert a.mode == b.mode == "limits"
+    assert len([r for r in caplog.records if "bubblewrap" in r.getMessage()]) == 1
+    with pytest.raises(SandboxError):
+        LocalSandbox(isolation="bwrap", bwrap="/nonexistent/bwrap")

@@ -516,15 +516,25 @@ class Worker:
             self.ch.send({"type": "protocol_error", "error": f"unknown message type {t!r}"})
 
 
-def _set_subreaper() -> None:
-    # Orphaned grandchildren re-parent to us, so the host can find and kill them by ancestry.
+def _prctl(option: int, arg: int) -> None:
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except Exception:
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
+    except Exception:  # not Linux, or no libc: these are extra safety nets only
         pass
+
+
+def _set_subreaper() -> None:
+    # Orphaned grandchildren re-parent to us, so the host can find and kill them by ancestry.
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+
+
+def _die_with_parent(parent: int) -> None:
+    # If the host dies while a cell is busy, nobody would ever stop us otherwise.
+    _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (must follow setuid, which clears it)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _apply_limits(limits: dict[str, int]) -> None:
@@ -567,6 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     os.close(null)
     sys.stdin = open(os.devnull)  # noqa: SIM115
 
+    parent = os.getppid()
     _set_subreaper()
     preopened = {}
     for p in args.preopen:
@@ -581,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         os.setuid(args.uid)
         if os.getuid() != args.uid or os.geteuid() != args.uid:
             raise SystemExit("could not drop privileges")
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
