@@ -383,3 +383,13 @@ def test_missing_bwrap_warns_once_and_uses_limits(monkeypatch, caplog):
     assert len([r for r in caplog.records if "bubblewrap" in r.getMessage()]) == 1
     with pytest.raises(SandboxError):
         LocalSandbox(isolation="bwrap", bwrap="/nonexistent/bwrap")
+
+
+async def test_interrupt_during_call_traffic_keeps_protocol_intact(local):
+    sb = await local(isolation=MODES[0])
+    await run(sb, "kept = 1")
+    cell = await run(sb, "n = 0\nwhile True:\n    llm_query('x' * 100_000)\n"
+                         "    n += 1\n    sum(range(20_000))", timeout=0.5)
+    assert cell.timed_out and not cell.restarted, cell.error
+    after = await run(sb, "kept, n > 0, llm_query('still works')")
+    assert after.error is None and after.value == "(1, True, 'LLM[still works]')"

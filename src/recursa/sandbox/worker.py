@@ -458,9 +458,11 @@ class Worker:
                         slot.error = msg.get("error")
                         slot.event.set()
                 elif t == "interrupt":
-                    # A real SIGINT also breaks blocking sleeps/waits in the main thread.
+                    # A real SIGINT also breaks blocking sleeps/waits in the main thread. It is
+                    # aimed at the main thread so that thread's sigmask (see _Channel.send)
+                    # can hold it back while a frame is half written.
                     if self.current_cell is not None and msg.get("id") == self.current_cell:
-                        os.kill(os.getpid(), signal.SIGINT)
+                        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
                 else:
                     self.requests.put(msg)
         except BaseException:
