@@ -121,3 +121,90 @@ def write_synthetic_trace(path: str | Path, *, events: int = 10_000, subcalls_pe
                elapsed_s=round(t - 1_700_000_000.0, 4))
     sink.close()
     return w.count
+
+
+# ==================================================================== a real (scripted) run
+def _is_rlm_turn(messages: list[dict[str, Any]]) -> bool:
+    first = messages[0] if messages else {}
+    return first.get("role") == "system" and "REPL" in str(first.get("content", ""))
+
+
+def demo_context(size: int, seed: int = 0) -> str:
+    """Support-ticket-like text of about `size` characters."""
+    rng = random.Random(seed)
+    regions = ("north", "south", "east", "west")
+    lines: list[str] = []
+    n = 0
+    i = 0
+    while n < size:
+        i += 1
+        kind = rng.choice(("refund", "question", "complaint", "refund", "praise"))
+        line = (f"ticket {i:06d} region={rng.choice(regions)} type={kind} "
+                f"text={_text(rng, rng.randint(5, 15))}")
+        lines.append(line)
+        n += len(line) + 1
+    return "\n".join(lines)[:size]
+
+
+def demo_run(trace_path: str | Path, *, context: str | None = None, context_size: int = 200_000,
+             extra_turns: int = 0, sandbox: str = "inprocess", seed: int = 0,
+             sinks: list[Any] | None = None) -> Any:
+    """Run a real RLM over `context` with scripted models, writing its trace; returns the Result.
+
+    Everything but the models is real: the loop, the sandbox running the code, the dispatcher
+    fanning out an `llm_batch` (sub-calls take 50-250 ms, in parallel), a child RLM via
+    `rlm_query`, budget accounting and the trace. `extra_turns` adds peek-only turns, for checking
+    how the trace grows with turns. The sub-call prompts hold fixed-size excerpts, so the trace
+    does not depend on the context's size.
+    """
+    import asyncio
+
+    from recursa.models.replay import ReplayClient
+    from recursa.rlm import RLM
+
+    rng = random.Random(seed)
+    if context is None:
+        context = demo_context(context_size, seed)
+    root_steps = [
+        "Let me look at the context first.\n```repl\nprint(len(context))\nprint(context[:300])\n```",
+        *[f"Peeking again (step {k}).\n```repl\nprint(context[{k * 100}:{k * 100 + 200}])\n```"
+          for k in range(extra_turns)],
+        "I'll split it into 8 parts and count refunds in each, in parallel.\n```repl\n"
+        "step = max(1, len(context) // 8)\n"
+        "parts = [context[i:i + step] for i in range(0, len(context), step)][:8]\n"
+        "counts = llm_batch([f'How many refund tickets in part {i}? ' + p[:1500]"
+        " for i, p in enumerate(parts)])\n"
+        "print(counts)\n```",
+        "Now a child RLM summarises the per-part answers.\n```repl\n"
+        "summary = rlm_query('CHILD-TASK: summarise these refund counts', context=str(counts))\n"
+        "print(summary)\n```",
+        "Done.\n```repl\n"
+        "total = sum(int(c.split()[-1]) for c in counts)\n"
+        "FINAL(f'{total} refund tickets; {summary}')\n```",
+    ]
+    child_steps = [
+        "Reading the counts.\n```repl\nprint(context[:200])\n"
+        "s = llm_query('Summarise in one line: ' + context[:500])\nprint(s)\n```",
+        "```repl\nFINAL(s)\n```",
+    ]
+
+    async def root(messages: list[dict[str, Any]]) -> str:
+        if not _is_rlm_turn(messages):
+            raise AssertionError("sub-calls go to the sub model")
+        n = sum(m["role"] == "assistant" for m in messages)
+        steps = child_steps if "CHILD-TASK" in messages[1]["content"] else root_steps
+        await asyncio.sleep(0.02)
+        return steps[min(n, len(steps) - 1)]
+
+    async def sub(messages: list[dict[str, Any]]) -> str:
+        await asyncio.sleep(rng.uniform(0.05, 0.25))
+        prompt = str(messages[-1]["content"])
+        if prompt.startswith("Summarise"):
+            return "Refunds are spread over all parts, most in part 3."
+        return f"refund tickets: {prompt.count('type=refund')}"
+
+    rlm = RLM(model=ReplayClient(root, name="replay:big", model="big-model", cost_usd=0.002),
+              sub_model=ReplayClient(sub, name="replay:small", model="small-model",
+                                     cost_usd=0.0001),
+              sandbox=sandbox, max_depth=1, trace_path=trace_path, sinks=sinks)
+    return rlm.completion("How many refund tickets are there, and where?", context=context)
