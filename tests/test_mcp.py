@@ -22,12 +22,12 @@ SCRIPT = {"cycle": [
 ]}
 
 
-def params(tmp_path: Path, *extra: str) -> StdioServerParameters:
+def params(tmp_path: Path, *extra: str, sandbox: str = "inprocess") -> StdioServerParameters:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     return StdioServerParameters(command=sys.executable, args=[
         "-m", "recursa.cli", "mcp", "--model", f"replay-file:{script}",
-        "--sandbox", "inprocess", *extra], cwd=str(tmp_path))
+        "--sandbox", sandbox, *extra], cwd=str(tmp_path))
 
 
 async def call(p: StdioServerParameters, args: dict[str, Any],
@@ -83,3 +83,12 @@ async def test_mcp_tool_errors_are_reported(tmp_path: Path) -> None:
     assert res.is_error and "outside this server's root" in res.content[0].text
     res = await call(p, {"question": "q", "path": "missing.txt"})
     assert res.is_error and "does not exist" in res.content[0].text
+
+
+async def test_mcp_with_the_isolated_local_sandbox(tmp_path: Path) -> None:
+    """The default sandbox: a worker process whose output must not reach the MCP wire."""
+    res = await call(params(tmp_path, sandbox="local"),
+                     {"question": "q", "text": "hello", "max_cost_usd": 1.0})
+    assert not res.is_error, res.content
+    assert res.structured_content["answer"].startswith("type=str n=5")
+    assert json.loads(res.content[0].text)["status"] == "final"   # text content: the same JSON
