@@ -26,7 +26,7 @@ font:inherit}
 #query{color:var(--mut);margin-top:2px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 #totals{display:flex;gap:14px;flex-wrap:wrap;margin-top:6px}
 #totals .m b{font-variant-numeric:tabular-nums}
-#totals .m span{color:var(--mut);margin-right:3px}
+#totals .m span{color:var(--mut)}
 #answer{margin-top:6px;max-height:84px;overflow:auto;background:#f4f6f9;border-radius:6px;
 padding:4px 8px;white-space:pre-wrap;font-family:var(--mono);font-size:12px}
 #answer.full{max-height:40vh}
@@ -490,7 +490,8 @@ function renderSummary() {
              ["sub-calls", T.subcalls + (T.failed ? " (" + T.failed + " failed)" : "")],
              ["children", T.children], ["wall", fmtDur(T.wall)], ["events", M.nEvents]];
   for (const [k, v] of m) {
-    const s = el("span", "m"); s.appendChild(el("span", null, k)); s.appendChild(el("b", null, v));
+    const s = el("span", "m"); s.dataset.k = k;
+    s.appendChild(el("span", null, k + " ")); s.appendChild(el("b", null, v));
     tot.appendChild(s);
   }
   const ans = document.getElementById("answer");
@@ -618,6 +619,7 @@ function blob(n) {
 function runSearch() {
   needle = searchBox.value.trim();
   results.textContent = "";
+  results.dataset.q = needle;
   if (needle.length < 2) { results.classList.remove("on"); return; }
   results.classList.add("on");
   const nd = needle.toLowerCase(), hits = [];
