@@ -7,6 +7,7 @@ calls are serialized per model and run in a worker thread to keep the event loop
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import threading
@@ -61,8 +62,10 @@ def load_llama(path: str | os.PathLike[str], n_ctx: int = 8192, n_threads: int |
         return _models[key]
 
 
+@atexit.register
 def unload_all() -> None:
-    """Drop every cached model (tests; freeing memory)."""
+    """Drop every cached model (tests; freeing memory). Also runs at exit: a Llama freed by
+    the garbage collector during interpreter teardown prints a spurious traceback."""
     with _models_lock:
         for llm, lock in _models.values():
             with lock:
