@@ -556,6 +556,8 @@ function renderAxis() {
   for (let i = 0; i <= 4; i++) {
     const s = el("span", null, fmtDur(w[1] * i / 4) || "0");
     s.style.left = (i * 25) + "%";
+    if (i === 0) s.style.transform = "none";              // keep the end labels inside
+    if (i === 4) s.style.transform = "translateX(-100%)";
     axis.appendChild(s);
   }
   const rows = rowsInScope();
