@@ -468,3 +468,15 @@ def test_serve_refuses_public_host_without_key(tmp_path: Any) -> None:
     from recursa.server.cli import _is_loopback
     assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("localhost")
     assert not _is_loopback("0.0.0.0")
+
+
+def test_rlm_that_cannot_be_built_is_500_json() -> None:
+    def factory(cfg: ServerConfig, spec: RunSpec) -> RLM:
+        raise ValueError("model spec 'nope': no provider prefix")
+    app = create_app(ServerConfig(model="replay:", rlm_factory=factory))
+    with Server(app) as srv:
+        with pytest.raises(openai.InternalServerError) as e:
+            srv.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}])
+        assert "no provider prefix" in e.value.message
+        wait_for(lambda: app.state.slots.used == 0)

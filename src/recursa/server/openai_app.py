@@ -321,10 +321,16 @@ class RunResponse:
 
         try:
             factory = self.config.rlm_factory or default_rlm_factory
-            rlm = factory(self.config, RunSpec(
-                sub_model=self.run.sub_model,
-                on_event=on_event if self.run.stream and self.config.progress != "none"
-                else None))
+            try:
+                rlm = factory(self.config, RunSpec(
+                    sub_model=self.run.sub_model,
+                    on_event=on_event if self.run.stream and self.config.progress != "none"
+                    else None))
+            except (RecursaError, ValueError, TypeError, OSError) as e:
+                log.exception("could not build the RLM for %s", self.id)
+                await error_response(500, f"cannot start the run: {e}", type_="server_error")(
+                    scope, receive, send)
+                return
             task = asyncio.create_task(rlm.acompletion(self.run.query, self.run.context,
                                                        **self.run.limits))
             task.add_done_callback(lambda _t: queue.put_nowait(_DONE))
@@ -332,7 +338,7 @@ class RunResponse:
             if self.run.stream:
                 await self._stream(queue, task, send)
             else:
-                await self._plain(queue, task, send)
+                await self._plain(queue, task, scope, send)
         finally:
             if watcher is not None:
                 watcher.cancel()
@@ -362,7 +368,7 @@ class RunResponse:
         return None
 
     async def _plain(self, queue: asyncio.Queue[Any], task: asyncio.Task[Result],
-                     send: Send) -> None:
+                     scope: Scope, send: Send) -> None:
         while True:
             item = await queue.get()
             if item is _GONE:
@@ -378,7 +384,8 @@ class RunResponse:
                              "message": {"role": "assistant", "content": out.answer,
                                          "refusal": None}}],
                 "usage": openai_usage(out), "recursa": _recursa_field(out, self.run)})
-        await out({"type": "http"}, _never_receive, send)
+        # The watcher task owns `receive`; a JSON response never reads it.
+        await out(scope, _never_receive, send)
 
     async def _stream(self, queue: asyncio.Queue[Any], task: asyncio.Task[Result],
                       send: Send) -> None:
