@@ -480,3 +480,38 @@ def test_rlm_that_cannot_be_built_is_500_json() -> None:
                 model="recursa", messages=[{"role": "user", "content": "q"}])
         assert "no provider prefix" in e.value.message
         wait_for(lambda: app.state.slots.used == 0)
+
+
+def test_full_chain_through_a_real_upstream_http_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """openai client -> recursa server (default RLM factory) -> OpenAIClient -> an HTTP model.
+
+    The server's own key is never sent upstream. (For a custom base_url the OpenAI client sends
+    no environment key at all, by design of recursa.models: OPENAI_API_KEY goes only to OpenAI.)
+    """
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from openai_testserver import OpenAITestServer
+
+    def upstream_model(req: dict[str, Any]) -> str:
+        last = req["messages"][-1]["content"]
+        if "summarise" in str(last):
+            return "a short summary"
+        return code("s = llm_query('summarise this')\nFINAL('upstream says: ' + s)")
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream-key-for-tests-0000")
+    with OpenAITestServer(responder=upstream_model) as up:
+        cfg = ServerConfig(model="openai:test-model", base_url=up.base_url, sandbox="inprocess",
+                           api_key=KEY, limits={"max_iterations": 3})
+        with Server(create_app(cfg)) as srv:
+            resp = srv.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}],
+                extra_body={"context": "some text"})
+        assert resp.choices[0].message.content == "upstream says: a short summary"
+        assert up.request_count == 2                      # one root turn, one sub-call
+        auth = {h.get("authorization") for h in up.headers}
+        assert auth and not any(KEY in (a or "") or "sk-upstream" in (a or "") for a in auth)
+        rec = resp.model_extra["recursa"]
+        assert rec["usage_by_role"]["root"]["calls"] == 1
+        assert rec["usage_by_role"]["sub"]["calls"] == 1
+        assert resp.usage.total_tokens == rec["total_tokens"] > 0
