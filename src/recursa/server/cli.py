@@ -17,7 +17,8 @@ DEFAULT_MAX_SECONDS = 900.0   # a server should not let one request run forever
 
 def _missing_extra(e: ImportError) -> int:
     from recursa.cli import err
-    err.print(f"[red]error:[/] {e.name or e} is not installed: pip install 'recursa[serve]'")
+    # the backslash keeps rich from reading [serve] as markup
+    err.print(f"[red]error:[/] {e.name or e} is not installed: pip install 'recursa\\[serve]'")
     return 2
 
 
