@@ -515,3 +515,33 @@ def test_full_chain_through_a_real_upstream_http_model(monkeypatch: pytest.Monke
         assert rec["usage_by_role"]["root"]["calls"] == 1
         assert rec["usage_by_role"]["sub"]["calls"] == 1
         assert resp.usage.total_tokens == rec["total_tokens"] > 0
+
+
+def test_progress_is_streamed_while_the_run_is_still_going() -> None:
+    """The second root turn waits until the client has *received* progress of the first: were
+    progress buffered until the end, it would wait in vain."""
+    seen = threading.Event()
+    calls = []
+
+    def root(messages: list[dict[str, Any]]) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            return code("print('step one')")
+
+        async def second() -> str:
+            for _ in range(200):
+                if seen.is_set():
+                    return code("FINAL('saw progress live')")
+                await asyncio.sleep(0.05)
+            return code("FINAL('progress never arrived')")
+        return second()
+
+    with make_server(Scripted(root)) as srv:
+        answer = ""
+        for chunk in srv.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}], stream=True):
+            if chunk.model_extra.get("recursa_progress"):
+                seen.set()
+            if chunk.choices and chunk.choices[0].delta.content:
+                answer += chunk.choices[0].delta.content
+    assert answer == "saw progress live"
