@@ -8,6 +8,7 @@ sub-call becomes an error string in its slot; it never fails a batch or the run.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from recursa.trace import Tracer
 from recursa.types import BudgetExceeded, Completion, Message, ModelClient, RecursaError
 
 DEFAULT_OUTPUT_RESERVE = 2048   # tokens reserved for a call that sets no max_tokens
-PREVIEW = 2000                  # characters of a prompt kept in a subcall event when not full
+TRACE_PROMPT_CHARS = 20_000     # a sub-call prompt is traced up to this size (+ its size and hash)
 
 ChildRunner = Callable[["Node", str, Any], Awaitable[str]]
 
@@ -60,7 +61,7 @@ class Dispatcher:
     def __init__(self, *, ledger: Ledger, tracer: Tracer, sub_client: ModelClient,
                  clients: dict[str, ModelClient], concurrency: int = 32,
                  max_depth: int = 1, sub_options: dict[str, Any] | None = None,
-                 trace_full_prompts: bool = True):
+                 trace_prompt_chars: int | None = TRACE_PROMPT_CHARS):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.ledger = ledger
@@ -70,7 +71,7 @@ class Dispatcher:
         self.sem = asyncio.Semaphore(concurrency)
         self.max_depth = max_depth
         self.sub_options = sub_options or {}
-        self.trace_full_prompts = trace_full_prompts
+        self.trace_prompt_chars = trace_prompt_chars   # None: trace prompts in full
         self.child_runner: ChildRunner | None = None
         self.inflight = 0
         self.peak_inflight = 0
@@ -116,10 +117,15 @@ class Dispatcher:
         t0 = time.time()
         messages = _messages(prompt)
         text_in = "\n".join(m["content"] for m in messages)
+        # Code often sends whole chunks of the context to sub-calls: cap what the trace keeps,
+        # so a trace does not grow with the context, and keep a hash to tell prompts apart.
+        limit = self.trace_prompt_chars
+        shown = text_in if limit is None or len(text_in) <= limit else (
+            text_in[:limit] + f"\n... [{len(text_in) - limit:,} more characters not traced]")
         ev = self.tracer.emit("subcall", phase="start", parent=node.parent, depth=node.depth,
-                              model=model or self.sub_client.name,
-                              prompt=text_in if self.trace_full_prompts else text_in[:PREVIEW],
-                              prompt_chars=len(text_in))
+                              model=model or self.sub_client.name, prompt=shown,
+                              prompt_chars=len(text_in),
+                              prompt_sha256=hashlib.sha256(text_in.encode()).hexdigest()[:16])
         try:
             client = self._client(model)
             options = {**self.sub_options, **_safe_opts(opts)}

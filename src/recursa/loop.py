@@ -80,6 +80,8 @@ async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
         await sandbox.start(prep.payload, env.dispatcher.handler(node))
         env.tracer.emit("run", parent=run_ev, depth=depth, sandbox=sandbox.isolation)
         messages = _first_messages(env, query, prep.description)
+        env.tracer.emit("run", parent=run_ev, depth=depth, system=messages[0]["content"],
+                        first_user=messages[1]["content"])
         await _turns(env, st, sandbox, node, messages, query, depth, run_ev)
         if st.final is None and not isinstance(st.error, ModelError):
             await _last_turn(env, st, messages, query, depth, run_ev)
@@ -98,10 +100,11 @@ async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
         res = _result(env, st, t0, depth)
         env.tracer.emit("final", parent=run_ev, depth=depth, answer=res.answer,
                         status=res.status, ready=res.ready, limit=res.limit, error=res.error)
+        # tree totals only on the top-level run: a child's own figures are its subtree's sums
+        totals = dict(cost_usd=res.cost_usd, tokens=env.ledger.tokens,
+                      subcalls=env.ledger.subcalls) if depth == 0 else {}
         env.tracer.emit(kind, id=run_ev, phase="end", parent=parent, depth=depth,
-                        status=res.status, turns=res.turns, elapsed_s=res.elapsed_s,
-                        cost_usd=res.cost_usd, tokens=env.ledger.tokens,
-                        subcalls=env.ledger.subcalls)
+                        status=res.status, turns=res.turns, elapsed_s=res.elapsed_s, **totals)
     return res
 
 
@@ -147,7 +150,7 @@ async def _turns(env: RunEnv, st: _State, sandbox: Sandbox, node: Node,
             failed += cell.error is not None
             st.answer = cell.answer
             env.tracer.emit("cell", id=cell_ev, phase="end", parent=turn_ev, depth=depth,
-                            output=shown, error=cell.error is not None,
+                            output=shown, error=_last_line(cell.error),
                             elapsed_s=round(cell.elapsed_s, 4), timed_out=cell.timed_out,
                             restarted=cell.restarted, ready=cell.final is not None)
             outputs.append(shown if len(blocks) == 1 else f"[block {i + 1}]\n{shown}")
@@ -189,10 +192,18 @@ async def _last_turn(env: RunEnv, st: _State, messages: list[Message], query: st
             st.error = e
         return
     env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth, text=comp.text,
-                    usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, last=True)
+                    usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, last=True,
+                    model=comp.model, latency_s=round(comp.latency_s, 4))
     text = comp.text.strip()
     st.answer = {"content": draft if (draft and text.strip("`'\". ").upper() == KEEP) else text,
                  "ready": False}
+
+
+def _last_line(error: str | None) -> str | None:
+    if not error:
+        return None
+    lines = [ln for ln in error.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "error"
 
 
 def _first_messages(env: RunEnv, query: str, description: str) -> list[Message]:
