@@ -195,7 +195,7 @@ class RLM:
 
 def _context_chars(client: ModelClient) -> int:
     """How many characters a sub-model can read at once, from its window when it knows it."""
-    window = getattr(client, "context_window", None)
+    window = getattr(client, "context_window", None) or getattr(client, "n_ctx", None)
     return int(window * 3) if window else 100_000
 
 
