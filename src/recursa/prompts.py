@@ -28,7 +28,23 @@ How to work: first look at the context's structure (type, length, a few samples)
 search it with Python (slicing, regex, string methods), and use llm_query / llm_batch on chunks \
 when a judgement needs reading (classifying, summarising, extracting). Keep chunks well under \
 the sub-model's limit. Combine the results in code, check them, then commit the answer. \
-The run ends as soon as answer["ready"] is True, so verify before you set it.
+Never assign to `context`. The run ends as soon as answer["ready"] is True, so verify first.
+
+For example, a first turn:
+```repl
+print(type(context), len(context))
+print(context[:500])
+```
+and a later one:
+```repl
+import re
+hits = re.findall(r"ERROR: (.*)", context)
+print(len(hits), hits[:5])
+chunks = [context[i:i + {chunk}] for i in range(0, len(context), {chunk})]
+notes = llm_batch([f"Which services fail in this log? {{c}}" for c in chunks])
+answer["content"] = "\\n".join(notes)
+answer["ready"] = True
+```
 {tips}"""
 
 FIRST_USER = """Query: {query}
@@ -57,4 +73,5 @@ def system_prompt(*, context_type: str, max_output_chars: int, sub_chars: int = 
     tips_s = f"\n<tips>\n{tips.strip()}\n</tips>\n" if tips else ""
     return (template or SYSTEM).format(context_type=context_type,
                                        max_output_chars=max_output_chars, sub_chars=sub_chars,
+                                       chunk=max(1000, min(20_000, sub_chars // 2)),
                                        tools=tools, tips=tips_s)
