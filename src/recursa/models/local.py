@@ -28,6 +28,11 @@ _models_lock = threading.Lock()
 
 
 def _import_llama() -> Any:
+    # llama.cpp's OpenMP threads spin while waiting by default. On a machine where anything else
+    # runs (other workers, tests, a second model) that collapses generation ~7x (measured on
+    # 2 cores: 3-5 tok/s instead of 24); PASSIVE costs ~35% when the machine is idle.
+    # Set OMP_WAIT_POLICY=ACTIVE yourself for a dedicated box. Must precede the import.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import llama_cpp
     except ImportError as e:
