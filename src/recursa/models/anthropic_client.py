@@ -132,7 +132,7 @@ class AnthropicClient:
                 raise model_error_from_sdk(e, anthropic, where=self._where) from e
             text = "".join(getattr(b, "text", "") for b in (resp.content or [])
                            if getattr(b, "type", None) == "text")
-            if not text:
+            if not text.strip():
                 raise EmptyResponseError(
                     f"{self._where} returned no text (stop_reason={resp.stop_reason})")
             return resp, text

@@ -242,3 +242,10 @@ def is_fetched(name: str, cache_dir: str | os.PathLike[str] | None = None) -> bo
     spec = _spec(name)
     cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     return _marker_ok(cache / spec.filename, spec)
+
+
+def local_models(cache_dir: str | os.PathLike[str] | None = None) -> list[dict[str, object]]:
+    """The registry as rows for `recursa models`: name, size, license, path, fetched."""
+    return [{"name": m.name, "size_bytes": m.size, "license": m.license,
+             "description": m.description, "path": str(model_path(m.name, cache_dir)),
+             "fetched": is_fetched(m.name, cache_dir)} for m in REGISTRY.values()]

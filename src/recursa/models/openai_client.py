@@ -39,6 +39,10 @@ class OpenAIClient:
     `Retry-After`. A reply without text is retried once, then raises ModelError("... returned no
     text"). Other 4xx raise ModelError at once. `latency_s` is the wall time of the whole call,
     retries included.
+
+    API key: `api_key=`, else OPENAI_API_KEY, but only for api.openai.com: an explicit
+    `base_url` elsewhere gets "EMPTY" unless a key is passed, so the OpenAI key is not sent to
+    whatever server the URL names. OPENAI_BASE_URL is not read; pass `base_url=`.
     """
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
@@ -138,7 +142,7 @@ class OpenAIClient:
             raise EmptyResponseError(f"{self._where} returned no text (no choices)")
         choice = choices[0]
         content = getattr(choice.message, "content", None) if choice.message else None
-        if not content:
+        if not content or not content.strip():
             why = f"finish_reason={choice.finish_reason}"
             if choice.finish_reason == "length":
                 why += ": max_tokens too small?"
