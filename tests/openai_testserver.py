@@ -13,7 +13,8 @@ Endpoints: POST /v1/chat/completions (also `stream: true` -> SSE chunks, with a 
 `stream_options.include_usage`), POST /v1/messages (Anthropic; base URL `srv.anthropic_base_url`),
 GET /v1/models.
 
-Responder: `(request_json) -> str | Fault`. The default echoes the last user message.
+Responder: `(request_json) -> str | Fault`, called from the server's handler threads (possibly
+concurrently: guard shared state). The default echoes the last user message.
 Faults apply to the next requests in FIFO order (`inject`), or a responder may return one.
 """
 
@@ -298,8 +299,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None:
             if self._apply_fault(fault, api):
                 return
-            if fault.kind == "hang":  # after hanging, answer normally
-                text = str(self.srv.responder(body))
+            if fault.kind == "hang" and not text:  # after hanging, answer normally
+                out = self.srv.responder(body)
+                text = "" if isinstance(out, Fault) else str(out)
             elif fault.kind == "empty":
                 text = ""
         if fault is not None and fault.kind in ("null", "no_choices"):
