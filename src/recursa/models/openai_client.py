@@ -94,8 +94,12 @@ class OpenAIClient:
         if max_tokens is not None:
             kw[self.max_tokens_param] = int(max_tokens)
         temperature = opts.pop("temperature", None)
-        if temperature is not None and not (self._drop_temperature and temperature != 1):
-            kw["temperature"] = temperature
+        if temperature is not None:
+            if self._drop_temperature and temperature != 1:
+                log.debug("%s: reasoning model takes no temperature; dropped %s",
+                          self.name, temperature)
+            else:
+                kw["temperature"] = temperature
         stop = opts.pop("stop", None)
         if stop:
             kw["stop"] = stop
