@@ -5,6 +5,9 @@ What is enforced (all configurable):
   * rlimits set by the worker on itself before any user code runs: address space
     (`memory_mb`), CPU seconds over the worker's life (`cpu_seconds`), largest file written
     (`file_size_mb`), and processes (`max_processes`, see below);
+  * a cap on the workspace's total size (`disk_mb`), watched by the host while a cell runs:
+    over it, the worker is killed and restarted and the workspace emptied (a per-file limit
+    alone would let many files fill the disk);
   * with bubblewrap: no network, a private pid/ipc/uts namespace, only /usr (+ /bin, /lib
     links), a few /etc files, the Python installation (read-only, at /recursa/python), the
     worker and the context (read-only, at /recursa/), the workspace (at /workspace) and a
@@ -20,6 +23,7 @@ context, and the limit applies to that uid alone. Otherwise the process limit is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -81,7 +85,8 @@ class LocalSandbox:
     def __init__(self, *, isolation: Literal["auto", "bwrap", "limits"] = "auto",
                  memory_mb: int | None = 4096, cpu_seconds: int | None = 3600,
                  file_size_mb: int | None = 1024, max_processes: int | None = 256,
-                 tmp_mb: int = 256, python: str | None = None, bwrap: str | None = None,
+                 tmp_mb: int = 256, disk_mb: int | None = 4096,
+                 python: str | None = None, bwrap: str | None = None,
                  drop_uid: bool = True, interrupt_grace: float = 2.0,
                  start_timeout: float = 60.0):
         if isolation not in ("auto", "bwrap", "limits"):
@@ -91,6 +96,8 @@ class LocalSandbox:
         self.file_size_mb = file_size_mb
         self.max_processes = max_processes
         self.tmp_mb = tmp_mb
+        self.disk_mb = disk_mb
+        self.disk_poll = 0.2
         self.python = python or base_python()
         self.interrupt_grace = interrupt_grace
         self.start_timeout = start_timeout
@@ -128,6 +135,8 @@ class LocalSandbox:
             lim.append(f"file size {self.file_size_mb} MB")
         if self.max_processes and self.uid is not None:
             lim.append(f"processes {self.max_processes}")
+        if self.disk_mb:
+            lim.append(f"workspace {self.disk_mb} MB")
         limits = ", ".join(lim) or "none"
         if self.mode == "bwrap":
             who = f"uid {self.uid}" if self.uid is not None else "host uid"
@@ -157,7 +166,46 @@ class LocalSandbox:
     async def run(self, code: str, *, timeout: float, max_output_chars: int) -> Cell:
         if self._session is None:
             raise SandboxError("the sandbox was not started")
-        return await self._session.run(code, timeout=timeout, max_output_chars=max_output_chars)
+        session = self._session
+        if not self.disk_mb or not self.workspace:
+            return await session.run(code, timeout=timeout, max_output_chars=max_output_chars)
+        watch = asyncio.create_task(self._watch_disk(session))
+        try:
+            cell = await session.run(code, timeout=timeout, max_output_chars=max_output_chars)
+        finally:
+            watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watch
+        if await asyncio.to_thread(self._over_disk):   # written faster than we looked
+            await asyncio.to_thread(self._empty_workspace)
+            cell.stderr = (f"note: the workspace exceeded its {self.disk_mb} MB limit; its "
+                           f"files were deleted\n") + cell.stderr
+        return cell
+
+    def _over_disk(self) -> bool:
+        assert self.workspace is not None and self.disk_mb
+        return disk_usage(self.workspace, limit=self.disk_mb * 1024 * 1024) is None
+
+    def _empty_workspace(self) -> None:
+        assert self.workspace is not None
+        for entry in os.listdir(self.workspace):
+            path = os.path.join(self.workspace, entry)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+
+    async def _watch_disk(self, session: WorkerSession) -> None:
+        """While a cell runs: over `disk_mb`, kill the worker (it restarts) and empty the
+        workspace, so that many files under the per-file limit cannot fill the host's disk."""
+        while True:
+            await asyncio.sleep(self.disk_poll)
+            if await asyncio.to_thread(self._over_disk):
+                await session.abort(f"its workspace exceeded the {self.disk_mb} MB limit, so "
+                                    f"it was stopped and the workspace emptied")
+                await asyncio.to_thread(self._empty_workspace)
+                return
 
     async def close(self) -> None:
         if self._closed:
@@ -180,6 +228,7 @@ class LocalSandbox:
     @property
     def session(self) -> WorkerSession | None:
         return self._session
+
 
     # ------------------------------------------------------------ command line
     def _limits(self) -> dict[str, int]:
@@ -249,3 +298,28 @@ class LocalSandbox:
             a += ["--preopen", f"{_IN}/context", "--uid", str(self.uid), "--gid", str(self.uid)]
         return a, {}, self.workspace, f"{_IN}/context"
 
+
+def disk_usage(root: str, *, limit: int, max_entries: int = 200_000) -> int | None:
+    """Bytes allocated under `root`, or None once over `limit` bytes or `max_entries` files
+    (a million empty files is also an attack on the disk)."""
+    total = 0
+    entries = 0
+    todo = [root]
+    while todo:
+        try:
+            it = os.scandir(todo.pop())
+        except OSError:
+            continue
+        with it:
+            for e in it:
+                entries += 1
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += getattr(st, "st_blocks", 0) * 512 or st.st_size
+                if e.is_dir(follow_symlinks=False):
+                    todo.append(e.path)
+                if total > limit or entries > max_entries:
+                    return None
+    return total

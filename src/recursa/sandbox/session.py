@@ -66,6 +66,7 @@ class WorkerSession:
         self._send_lock = asyncio.Lock()
         self._ids = itertools.count(1)
         self._broken: str | None = None   # set when the worker must be restarted before use
+        self._abort_reason: str | None = None   # why the host killed the worker (abort())
         self._closed = False
         self.variables: list[str] = []
         self.restarts = 0
@@ -115,6 +116,13 @@ class WorkerSession:
         if self._reader is not None:
             self._reader.cancel()
             self._reader = None
+        if self._transport is not None:
+            await self._transport.kill()
+
+    async def abort(self, reason: str) -> None:
+        """Kill the worker now (e.g. a host-side limit was hit); the running cell reports
+        `reason` and the worker is restarted as if it had died."""
+        self._abort_reason = reason
         if self._transport is not None:
             await self._transport.kill()
 
@@ -295,7 +303,9 @@ class WorkerSession:
         wait_exit = getattr(transport, "wait_exit", None)
         if wait_exit is not None and reason is None:  # let it finish dying: exit status
             await wait_exit(2.0)
-        why = reason or (transport.diagnostics() if transport else "unknown")
+        why = self._abort_reason or reason or (
+            transport.diagnostics() if transport else "unknown")
+        self._abort_reason = None
         lost = list(self.variables)
         await self._restart_or_fail()
         where = "while running this cell" if cell_id else "between cells"
