@@ -12,12 +12,15 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recursa.budget import Ledger
 from recursa.context import estimate_tokens
 from recursa.trace import Tracer
 from recursa.types import BudgetExceeded, Completion, Message, ModelClient, RecursaError
+
+if TYPE_CHECKING:
+    from recursa.tools import ToolSet
 
 DEFAULT_OUTPUT_RESERVE = 2048   # tokens reserved for a call that sets no max_tokens
 TRACE_PROMPT_CHARS = 20_000     # a sub-call prompt is traced up to this size (+ its size and hash)
@@ -61,7 +64,8 @@ class Dispatcher:
     def __init__(self, *, ledger: Ledger, tracer: Tracer, sub_client: ModelClient,
                  clients: dict[str, ModelClient], concurrency: int = 32,
                  max_depth: int = 1, sub_options: dict[str, Any] | None = None,
-                 trace_prompt_chars: int | None = TRACE_PROMPT_CHARS):
+                 trace_prompt_chars: int | None = TRACE_PROMPT_CHARS,
+                 tools: ToolSet | None = None):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.ledger = ledger
@@ -73,6 +77,7 @@ class Dispatcher:
         self.sub_options = sub_options or {}
         self.trace_prompt_chars = trace_prompt_chars   # None: trace prompts in full
         self.child_runner: ChildRunner | None = None
+        self.tools = tools              # sub-model-only tools: sub-calls run the tool loop
         self.inflight = 0
         self.peak_inflight = 0
         self._cost_seen: dict[str, float] = {}   # dearest call so far, per model without a price
@@ -129,8 +134,19 @@ class Dispatcher:
         try:
             client = self._client(model)
             options = {**self.sub_options, **_safe_opts(opts)}
-            comp = await self.call_model(client, messages, role=node.role, subcall=True,
-                                         options=options)
+            extra: dict[str, Any] = {}
+            if self.tools is not None and self.tools.tools:
+                # tool output stays inside the loop: the REPL gets only the final answer
+                from recursa.tools import run_tool_loop
+                loop = await run_tool_loop(self, client, messages, self.tools, node=node,
+                                           parent=ev, role=node.role, options=options)
+                comp = loop.completion
+                extra = dict(model_turns=loop.turns, tool_calls=loop.tool_calls,
+                             tool_errors=loop.tool_errors, tool_s=round(loop.tool_s, 4),
+                             forced=loop.forced)
+            else:
+                comp = await self.call_model(client, messages, role=node.role, subcall=True,
+                                             options=options)
         except BudgetExceeded as e:
             return self._fail(ev, node, f"Error: {e} (no more sub-calls can be made)", t0)
         except RecursaError as e:
@@ -140,7 +156,8 @@ class Dispatcher:
         self.tracer.emit("subcall", id=ev, phase="end", parent=node.parent, depth=node.depth,
                          model=comp.model or client.name, response=comp.text,
                          usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
-                         latency_s=round(comp.latency_s, 4), elapsed_s=round(time.time() - t0, 4))
+                         latency_s=round(comp.latency_s, 4), elapsed_s=round(time.time() - t0, 4),
+                         **extra)
         return comp.text
 
     def _fail(self, ev: str, node: Node, msg: str, t0: float) -> str:

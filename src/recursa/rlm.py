@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, Node
 from recursa.loop import RunEnv, run_loop
+from recursa.tools import Tool, ToolSet
 from recursa.trace import CallbackSink, JsonlSink, Tracer, new_id
 from recursa.types import Event, ModelClient, Result, Sandbox, TraceSink
 
@@ -29,7 +30,8 @@ class RLM:
     `sub_base_url` / `sub_api_key` are given, to a sub-model of the same provider. Limits
     (`max_iterations`, `max_depth`, `max_subcalls`, `max_tokens`, `max_cost_usd`, `max_seconds`,
     `cell_timeout`, `max_consecutive_errors`) may be given one by one or as `budget=Budget(...)`,
-    and overridden per call.
+    and overridden per call. `sub_tools`: functions (or a `recursa.tools.ToolSet`) that only
+    sub-models may call; the REPL and the root see only the sub-model's final answer.
     """
 
     def __init__(self, model: str | ModelClient | None = None,
@@ -48,6 +50,7 @@ class RLM:
                  model_options: dict[str, Any] | None = None,
                  sub_model_options: dict[str, Any] | None = None,
                  client_options: dict[str, Any] | None = None,
+                 sub_tools: ToolSet | Sequence[Callable[..., Any] | Tool] | None = None,
                  **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
@@ -77,7 +80,9 @@ class RLM:
         self.model_options = dict(model_options or {})
         self.sub_model_options = dict(sub_model_options or {})
         self.client_options = dict(client_options or {})
-        self.tool_names: list[str] | None = None
+        # tools only sub-models may call; the root is told their names in its system prompt
+        self.sub_tools = ToolSet.of(sub_tools) if sub_tools else None
+        self.tool_names: list[str] | None = self.sub_tools.names if self.sub_tools else None
 
     # ------------------------------------------------------------ public API
     def completion(self, query: str, context: Any = None, **limits: Any) -> Result:
@@ -117,7 +122,7 @@ class RLM:
             ledger = Ledger(budget)
             dispatcher = Dispatcher(ledger=ledger, tracer=tracer, sub_client=sub, clients=extra,
                                     concurrency=self.concurrency, max_depth=budget.max_depth,
-                                    sub_options=self.sub_model_options)
+                                    sub_options=self.sub_model_options, tools=self.sub_tools)
             env = RunEnv(budget=budget, ledger=ledger, tracer=tracer, dispatcher=dispatcher,
                          root_client=root, make_sandbox=self._make_sandbox,
                          max_output_chars=self.max_output_chars, root_options=self.model_options,
