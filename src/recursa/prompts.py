@@ -30,21 +30,14 @@ when a judgement needs reading (classifying, summarising, extracting). Keep chun
 the sub-model's limit. Combine the results in code, check them, then commit the answer. \
 Never assign to `context`. The run ends as soon as answer["ready"] is True, so verify first.
 
-For example, a first turn:
+A first turn usually looks like this:
 ```repl
-print(type(context), len(context))
+print(len(context))
 print(context[:500])
 ```
-and a later one:
-```repl
-import re
-hits = re.findall(r"ERROR: (.*)", context)
-print(len(hits), hits[:5])
-chunks = [context[i:i + {chunk}] for i in range(0, len(context), {chunk})]
-notes = llm_batch([f"Which services fail in this log? {{c}}" for c in chunks])
-answer["content"] = "\\n".join(notes)
-answer["ready"] = True
-```
+Only after reading that output, search (e.g. `re.findall(...)`), ask sub-models on chunks of \
+about {chunk} characters (`llm_batch([...])`), print what you found, and in a later turn, once \
+it is checked, set answer["content"] and answer["ready"] = True.
 {tips}"""
 
 FIRST_USER = """Query: {query}
@@ -57,7 +50,9 @@ Start by writing code to explore `context`. Do not answer before you have looked
 NO_CODE = """Your reply had no ```repl code block, so nothing ran. Write code in a ```repl block; \
 to finish, set answer["content"] and answer["ready"] = True (or call FINAL(...)) in code."""
 
-CONTINUE = "Continue. Remember the query: {query}"
+CONTINUE = """The query: {query}
+Write the next ```repl block, building on the output above. When you know the answer, set \
+answer["content"] and answer["ready"] = True, or call FINAL(...)."""
 
 LAST_TURN = """The run has reached its limit ({limit}): no more code will run. Reply now with your \
 best final answer to the query as plain text, using what you have found so far. Query: {query}"""
