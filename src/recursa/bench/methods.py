@@ -1,0 +1,472 @@
+"""The methods the bench compares, each one `async (config, instance, trace_path) -> Result`.
+
+- `rlm`          recursa's RLM (depth 1 by default; `rlm-d0` has no sub-calls at all, `rlm-d2`
+                 lets `rlm_query` open children one level deeper, and so on);
+- `direct`       the whole input in one prompt. An input beyond the model's window is a recorded
+                 failure (status `error`, limit `context_window`), never silently cut;
+                 `direct-trunc` keeps the head and tail that fit instead;
+- `compaction`   read the input in windows, keep a running summary, answer from the summary;
+- `codeact-bm25` a code-acting agent on recursa's own loop and sandbox that never gets the input:
+                 its REPL has `search(query, k)` over BM25-indexed passages, plus `llm_query` /
+                 `llm_batch` sub-calls.
+
+All of them use the same model clients, one Budget/Ledger per run, the same JSONL trace format,
+and return a `recursa.types.Result`, so the runner treats them alike.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from recursa.budget import Budget, Ledger
+from recursa.dispatch import Dispatcher
+from recursa.trace import JsonlSink, Tracer, new_id
+from recursa.types import (
+    BudgetExceeded,
+    CallHandler,
+    Cell,
+    ContextPayload,
+    ModelClient,
+    ModelError,
+    Result,
+    Sandbox,
+)
+
+from .tasks.base import CHARS_PER_TOKEN, Instance
+
+METHODS = ("rlm", "direct", "compaction", "codeact-bm25")
+DEFAULT_ANSWER_TOKENS = 512       # output cap for direct / compaction answers
+
+
+class MethodConfig(BaseModel):
+    """Everything a method needs besides the instance. JSON-serialisable, so a run spec can be
+    shipped to another process (or a Ray task) as a plain dict."""
+
+    method: str = "rlm"                   # base name, one of METHODS
+    depth: int = Field(1, ge=0)           # rlm only
+    truncate: bool = False                # direct only
+    model: str
+    sub_model: str | None = None
+    base_url: str | None = None
+    sub_base_url: str | None = None
+    sandbox: str = "local"
+    limits: dict[str, Any] = Field(default_factory=dict)       # Budget fields
+    max_output_chars: int = 8192
+    subcall_concurrency: int = 8
+    client_options: dict[str, Any] = Field(default_factory=dict)   # e.g. {"n_ctx": 16384}
+    model_options: dict[str, Any] = Field(default_factory=dict)    # e.g. {"temperature": 0}
+    window_tokens: int | None = None      # the root model's window; default: the client's own
+    chunk_tokens: int = 2000              # compaction window
+    passage_tokens: int = 200             # codeact-bm25 passage size
+    tips: str | None = None
+
+    @property
+    def label(self) -> str:
+        return method_label(self.method, self.depth, self.truncate)
+
+
+def method_label(method: str, depth: int = 1, truncate: bool = False) -> str:
+    """The name a method run is filed under: rlm, rlm-d0, rlm-d2, direct, direct-trunc, ..."""
+    if method == "rlm" and depth != 1:
+        return f"rlm-d{depth}"
+    if method == "direct" and truncate:
+        return "direct-trunc"
+    return method
+
+
+def parse_method(label: str, depth: int = 1, truncate: bool = False) -> tuple[str, int, bool]:
+    """Inverse of method_label; a bare `rlm` / `direct` takes the given depth / truncate."""
+    label = label.strip()
+    m = re.fullmatch(r"rlm-d(\d+)", label)
+    if m:
+        return "rlm", int(m.group(1)), False
+    if label == "direct-trunc":
+        return "direct", 1, True
+    if label not in METHODS:
+        raise ValueError(f"unknown method {label!r}; known: {', '.join(METHODS)}, rlm-dN, "
+                         "direct-trunc")
+    return label, depth if label == "rlm" else 1, truncate if label == "direct" else False
+
+
+# ---------------------------------------------------------------- shared helpers
+def context_text(context: Any) -> str:
+    """One string for methods that read text: documents of a list or dict get a header each."""
+    if isinstance(context, str):
+        return context
+    if isinstance(context, dict):
+        return "\n\n".join(f"### {k}\n{v}" for k, v in context.items())
+    if isinstance(context, list):
+        return "\n\n".join(f"### Document {i}\n{x}" for i, x in enumerate(context))
+    return str(context)
+
+
+def split_chunks(text: str, chunk_chars: int) -> list[str]:
+    """Cut text into pieces of at most ~chunk_chars, preferring a paragraph, line or word end."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        end = min(len(text), i + chunk_chars)
+        if end < len(text):
+            window = text[i:end]
+            for sep in ("\n\n", "\n", ". ", " "):
+                cut = window.rfind(sep)
+                if cut > chunk_chars // 2:
+                    end = i + cut + len(sep)
+                    break
+        out.append(text[i:end])
+        i = end
+    return out
+
+
+def _make_clients(cfg: MethodConfig) -> tuple[ModelClient, ModelClient]:
+    from recursa.models import make_client
+
+    def build(spec: str, base_url: str | None) -> ModelClient:
+        # client options (n_ctx, ...) are for in-process clients; endpoints get base_url only
+        opts = dict(cfg.client_options) if spec.startswith(("local:", "replay:")) else {}
+        if spec.startswith("replay:") and isinstance(opts.get("responder"), str):
+            opts["responses"] = _import_attr(opts.pop("responder"))
+        if base_url and spec.split(":", 1)[0] in ("openai", "vllm", "openrouter"):
+            opts["base_url"] = base_url
+        return make_client(spec, **opts)
+
+    root = build(cfg.model, cfg.base_url)
+    if not cfg.sub_model or cfg.sub_model == cfg.model:
+        return root, root
+    return root, build(cfg.sub_model, cfg.sub_base_url or cfg.base_url)
+
+
+def _import_attr(path: str) -> Any:
+    """`package.module:attr` -> the object; how a scripted model is named in a JSON run spec."""
+    import importlib
+    mod, _, attr = path.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def model_window(client: ModelClient, override: int | None = None) -> int | None:
+    """The root model's window in tokens, when known (a local model's n_ctx, or an override)."""
+    if override:
+        return override
+    w = getattr(client, "context_window", None) or getattr(client, "n_ctx", None)
+    return int(w) if w else None
+
+
+class _Run:
+    """Ledger + tracer + dispatcher for the methods that call models directly (direct,
+    compaction), so their spend, limits and trace match an RLM run's."""
+
+    def __init__(self, cfg: MethodConfig, client: ModelClient, query: str,
+                 trace_path: str | None):
+        self.budget = Budget.model_validate(cfg.limits)
+        self.ledger = Ledger(self.budget)
+        sinks: list[Any] = [JsonlSink(trace_path)] if trace_path else []
+        self.tracer = Tracer(sinks, new_id())
+        self.trace_path = trace_path
+        self.client = client
+        self.options = {"max_tokens": DEFAULT_ANSWER_TOKENS, **cfg.model_options}
+        self.dispatcher = Dispatcher(ledger=self.ledger, tracer=self.tracer, sub_client=client,
+                                     clients={}, concurrency=1, max_depth=0)
+        self.t0 = time.monotonic()
+        self.turns = 0
+        self.run_ev = self.tracer.emit("run", phase="start", query=query, model=client.name,
+                                       method=cfg.label, budget=self.budget.model_dump())
+
+    async def ask(self, prompt: str, *, step: str, max_tokens: int | None = None,
+                  force: bool = False) -> str:
+        opts = dict(self.options)
+        if max_tokens:
+            opts["max_tokens"] = max_tokens
+        ev = self.tracer.emit("turn", phase="start", parent=self.run_ev, turn=self.turns + 1,
+                              step=step)
+        try:
+            comp = await self.dispatcher.call_model(
+                self.client, [{"role": "user", "content": prompt}], role="root",
+                subcall=False, options=opts, force=force)
+        except Exception as e:
+            self.tracer.emit("turn", id=ev, phase="end", parent=self.run_ev, error=str(e))
+            raise
+        self.turns += 1
+        self.tracer.emit("turn", id=ev, phase="end", parent=self.run_ev, text=comp.text,
+                         usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
+                         model=comp.model, latency_s=round(comp.latency_s, 4),
+                         prompt_chars=len(prompt))
+        return comp.text
+
+    def finish(self, answer: str, status: str, *, error: str | None = None,
+               limit: str | None = None) -> Result:
+        res = Result(answer=answer, status=status, ready=status == "final",  # type: ignore[arg-type]
+                     usage={k: v.model_copy(deep=True) for k, v in self.ledger.by_role.items()},
+                     usage_by_model={k: v.model_copy(deep=True)
+                                     for k, v in self.ledger.by_model.items()},
+                     cost_usd=self.ledger.cost_usd, turns=self.turns,
+                     subcalls=self.ledger.subcalls,
+                     elapsed_s=round(time.monotonic() - self.t0, 4), error=error, limit=limit,
+                     run_id=self.tracer.run_id, trace_path=self.trace_path)
+        self.tracer.emit("final", parent=self.run_ev, answer=answer, status=status,
+                         ready=res.ready, limit=limit, error=error)
+        self.tracer.emit("run", id=self.run_ev, phase="end", status=status, turns=self.turns,
+                         elapsed_s=res.elapsed_s, cost_usd=res.cost_usd,
+                         tokens=self.ledger.tokens, subcalls=self.ledger.subcalls)
+        self.tracer.close()
+        return res
+
+
+# ---------------------------------------------------------------- direct
+DIRECT_PROMPT = "{context}\n\n---\n\nAnswer the question about the text above.\n{query}"
+
+
+async def run_direct(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
+    root, sub = _make_clients(cfg)
+    run = _Run(cfg, root, inst.query, trace_path)
+    try:
+        text = context_text(inst.context)
+        out_tokens = int(run.options.get("max_tokens") or DEFAULT_ANSWER_TOKENS)
+        window = model_window(root, cfg.window_tokens)
+        prompt = DIRECT_PROMPT.format(context=text, query=inst.query)
+        need = len(prompt) // CHARS_PER_TOKEN + out_tokens
+        if window and need > window:
+            if not cfg.truncate:
+                return run.finish("", "error", limit="context_window",
+                                  error=f"input of ~{need:,} tokens (with the answer) exceeds "
+                                        f"the model's window of {window:,} tokens")
+            # keep the head and the tail (a needle or a question is as likely at either end);
+            # 0.8: chars/4 underestimates tokens for digits and code, leave a margin
+            keep = max(0, int((window - out_tokens) * 0.8) * CHARS_PER_TOKEN
+                       - len(prompt) + len(text))
+            cut = len(text) - keep
+            text = (text[:keep // 2] + f"\n[... {cut:,} characters cut to fit the window ...]\n"
+                    + text[len(text) - keep // 2:])
+            prompt = DIRECT_PROMPT.format(context=text, query=inst.query)
+        try:
+            answer = await run.ask(prompt, step="answer", max_tokens=out_tokens)
+        except BudgetExceeded as e:
+            return run.finish("", "limit", limit=e.limit)
+        except ModelError as e:
+            limit = "context_window" if "too long" in str(e) or "context" in str(e).lower() \
+                else None
+            return run.finish("", "error", error=f"ModelError: {e}", limit=limit)
+        return run.finish(answer, "final")
+    finally:
+        await _close(root, sub)
+
+
+# ---------------------------------------------------------------- compaction
+COMPACT_PROMPT = """You are reading a long text in {n} parts; you cannot see the other parts. \
+Later you must answer this question using only your notes:
+{query}
+
+Your notes so far:
+{notes}
+
+Part {i} of {n}:
+<<<
+{chunk}
+>>>
+
+Write the updated notes: keep every fact from the old notes and from this part that may help \
+answer the question (exact numbers, names, labels, counts so far); drop everything else. \
+Reply with the notes only, at most {words} words."""
+
+COMPACT_ANSWER = """You read a long text in parts and kept these notes:
+{notes}
+
+Using the notes, answer the question.
+{query}"""
+
+
+async def run_compaction(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
+    root, sub = _make_clients(cfg)
+    run = _Run(cfg, root, inst.query, trace_path)
+    notes = "(none yet)"
+    try:
+        chunks = split_chunks(context_text(inst.context), cfg.chunk_tokens * CHARS_PER_TOKEN)
+        limit: str | None = None
+        try:
+            for i, chunk in enumerate(chunks, 1):
+                notes = await run.ask(COMPACT_PROMPT.format(
+                    n=len(chunks), query=inst.query, notes=notes, i=i, chunk=chunk, words=250),
+                    step=f"summarise {i}/{len(chunks)}", max_tokens=400)
+        except BudgetExceeded as e:
+            limit = e.limit     # answer from the notes so far, as an RLM does at a limit
+        except ModelError as e:
+            return run.finish("", "error", error=f"ModelError: {e}")
+        try:
+            answer = await run.ask(COMPACT_ANSWER.format(notes=notes, query=inst.query),
+                                   step="answer", force=limit is not None)
+        except (ModelError, BudgetExceeded) as e:
+            return run.finish("", "error", error=f"{type(e).__name__}: {e}", limit=limit)
+        return run.finish(answer, "limit" if limit else "final", limit=limit)
+    finally:
+        await _close(root, sub)
+
+
+# ---------------------------------------------------------------- rlm
+# At depth 0 the paper's "RLM without sub-calls": the REPL holds the input but no model calls.
+NO_SUBCALL_SYSTEM = """You answer a query about a context that is too large to read at once. The \
+context is NOT in this conversation: it is stored in the variable `context` inside a persistent \
+Python REPL. You work by writing Python code; you see only what your code prints.
+
+Write code in ```repl blocks. They run in order and you then see their output (cut to \
+{max_output_chars} characters per turn, so print summaries, not whole documents). Variables \
+persist between turns.
+
+Available in the REPL:
+- `context`: the data ({context_type}).
+- `answer`: a dict {{"content": "", "ready": False}}. Put your answer in answer["content"] and set \
+answer["ready"] = True when it is final; or call FINAL(text).
+There are no language-model calls in this REPL: use Python (slicing, regex, string methods, \
+counting) to find the answer.
+{tips}"""
+
+
+async def run_rlm(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
+    from recursa.rlm import RLM
+    root, sub = _make_clients(cfg)
+    limits = dict(cfg.limits)
+    limits["max_depth"] = cfg.depth
+    system = None
+    if cfg.depth == 0:
+        limits["max_subcalls"] = 0   # enforce "no sub-calls", not just ask for it
+        system = NO_SUBCALL_SYSTEM
+    try:
+        rlm = RLM(model=root, sub_model=sub, sandbox=cfg.sandbox,
+                  max_output_chars=cfg.max_output_chars, concurrency=cfg.subcall_concurrency,
+                  trace_path=trace_path, model_options=dict(cfg.model_options),
+                  sub_model_options=dict(cfg.model_options), tips=cfg.tips,
+                  system_prompt=system, **limits)
+        return await rlm.acompletion(inst.query, inst.context)
+    finally:
+        await _close(root, sub)
+
+
+# ---------------------------------------------------------------- codeact + BM25
+CODEACT_SYSTEM = """You answer a query about a large text that you cannot see. It is NOT in this \
+conversation and NOT in the REPL: you can only search it. You work by writing Python code in a \
+persistent REPL; you see only what your code prints.
+
+Write code in ```repl blocks. They run in order and you then see their output (cut to \
+{max_output_chars} characters per turn). Variables persist between turns.
+
+Available in the REPL:
+- `search(query: str, k: int = 5) -> list[dict]`: BM25 keyword search over passages of the \
+text; each hit is {{"id": int, "score": float, "text": str}}, best first.
+- `llm_query(prompt: str) -> str`: ask a language model one question (it can read about \
+{sub_chars} characters). Put the passages it must read into the prompt.
+- `llm_batch(prompts: list[str]) -> list[str]`: many llm_query calls in parallel.
+- `answer`: a dict {{"content": "", "ready": False}}. Put your answer in answer["content"] and set \
+answer["ready"] = True when it is final; or call FINAL(text).
+How to work: search with the query's key words, print the hits, read them (yourself or with \
+llm_query), then commit the answer.
+{tips}"""
+
+# Defines `search` in the REPL on top of its host-call channel (the same one llm_query uses),
+# so the hits come from the host-side index and the input never enters the sandbox.
+_SEARCH_SETUP = '''
+def search(query, k=5):
+    """BM25 search over the passages of the input; returns [{"id", "score", "text"}]."""
+    return llm_query.__self__._call("search", {"query": str(query), "k": int(k)})
+'''
+
+NOTE_CONTEXT = ("The input is not loaded in this REPL. Use search(query, k) to retrieve "
+                "passages of it ({n} passages, about {tokens:,} tokens in all).")
+
+
+class BM25Index:
+    """BM25 (bm25s) over passages of the input, held on the host."""
+
+    def __init__(self, passages: list[str]):
+        import bm25s
+        self.passages = passages
+        self.retriever = bm25s.BM25()
+        self.retriever.index(bm25s.tokenize(passages, stopwords="en", show_progress=False),
+                             show_progress=False)
+
+    def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
+        import bm25s
+        k = max(1, min(int(k), 50, len(self.passages)))
+        tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
+        if not tokens.vocab:      # only stopwords / no word characters: nothing to match
+            return []
+        ids, scores = self.retriever.retrieve(tokens, k=k, show_progress=False)
+        return [{"id": int(i), "score": round(float(s), 3), "text": self.passages[int(i)]}
+                for i, s in zip(ids[0], scores[0], strict=True) if float(s) > 0]
+
+
+class SearchSandbox:
+    """Wraps a sandbox: answers the REPL's `search` calls from a host-side index and defines
+    `search` in the REPL at start (and again after a restart)."""
+
+    def __init__(self, inner: Sandbox, index: BM25Index):
+        self.inner = inner
+        self.index = index
+        self.isolation = inner.isolation
+        self.searches = 0
+
+    async def start(self, payload: ContextPayload, handler: CallHandler) -> None:
+        async def handle(kind: str, args: dict[str, Any]) -> Any:
+            if kind == "search":
+                self.searches += 1
+                return self.index.search(str(args.get("query", "")), int(args.get("k", 5)))
+            return await handler(kind, args)
+        await self.inner.start(payload, handle)
+        await self._setup()
+
+    async def _setup(self) -> None:
+        cell = await self.inner.run(_SEARCH_SETUP, timeout=30, max_output_chars=1000)
+        if cell.error:
+            raise RuntimeError(f"could not define search() in the sandbox: {cell.error}")
+
+    async def run(self, code: str, *, timeout: float, max_output_chars: int) -> Cell:
+        cell = await self.inner.run(code, timeout=timeout, max_output_chars=max_output_chars)
+        if cell.restarted:
+            await self._setup()
+        return cell
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def run_codeact_bm25(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
+    from recursa.rlm import RLM
+    from recursa.sandbox import make_sandbox
+    text = context_text(inst.context)
+    passages = split_chunks(text, cfg.passage_tokens * CHARS_PER_TOKEN)
+    index = BM25Index(passages)
+    root, sub = _make_clients(cfg)
+    limits = {**cfg.limits, "max_depth": 0}   # sub-calls are plain model calls
+    try:
+        rlm = RLM(model=root, sub_model=sub,
+                  sandbox=lambda: SearchSandbox(make_sandbox(cfg.sandbox), index),
+                  max_output_chars=cfg.max_output_chars, concurrency=cfg.subcall_concurrency,
+                  trace_path=trace_path, model_options=dict(cfg.model_options),
+                  sub_model_options=dict(cfg.model_options), tips=cfg.tips,
+                  system_prompt=CODEACT_SYSTEM, **limits)
+        note = NOTE_CONTEXT.format(n=len(passages), tokens=len(text) // CHARS_PER_TOKEN)
+        return await rlm.acompletion(inst.query, note)
+    finally:
+        await _close(root, sub)
+
+
+# ---------------------------------------------------------------- dispatch by name
+async def run_method(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
+    fn = {"rlm": run_rlm, "direct": run_direct, "compaction": run_compaction,
+          "codeact-bm25": run_codeact_bm25}.get(cfg.method)
+    if fn is None:
+        raise ValueError(f"unknown method {cfg.method!r}; known: {', '.join(METHODS)}")
+    return await fn(cfg, inst, trace_path)
+
+
+async def _close(*clients: ModelClient) -> None:
+    seen: set[int] = set()
+    for c in clients:
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
+        try:
+            await c.aclose()
+        except Exception:
+            pass

@@ -1,0 +1,308 @@
+"""Run many (task, length, seed, method) instances, one JSONL row each, resumably.
+
+Two pieces, split so another executor (Ray) can slot in:
+
+- `run_instance(spec) -> row` is a plain top-level function of a JSON-serialisable dict: it
+  generates the instance, runs the method, scores it, and always returns a row (a crash inside a
+  method is a row with status `error`). `arun_instance` is its async twin.
+- An executor maps specs to rows and hands each row to `on_row` in the driver process, which
+  appends it to the results file (flush + fsync per row). `AsyncioExecutor` runs `concurrency`
+  instances at a time on one event loop. A Ray executor would call `ray.remote(run_instance)`
+  and feed `ray.wait` results to the same `on_row`.
+
+Resume: rows are keyed by task/length/seed/method/model; a run skips keys already in the file.
+A torn last line (the process was killed mid-write) is cut off when the file is reopened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import re
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from recursa.types import Result
+
+from .methods import MethodConfig, run_method
+from .tasks import get_task
+
+ROWS_FILE = "rows.jsonl"
+ANSWER_CHARS = 4000      # answers and golds are kept in rows up to this size (with their length)
+SCHEMA_VERSION = 1
+
+
+def row_key(task: str, length: int, seed: int, method: str, model: str) -> str:
+    return f"{task}|{length}|{seed}|{method}|{model}"
+
+
+def parse_length(text: str) -> int:
+    """'8k' -> 8192, '1m' -> 1048576 (binary, as the paper's 2^13..2^20), '5000' -> 5000."""
+    t = text.strip().lower()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([km]?)", t)
+    if not m:
+        raise ValueError(f"bad length {text!r}: use e.g. 2048, 8k, 1m")
+    mult = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2)]
+    return int(float(m.group(1)) * mult)
+
+
+def format_length(n: int) -> str:
+    if n % (1024 * 1024) == 0:
+        return f"{n // (1024 * 1024)}m"
+    if n % 1024 == 0:
+        return f"{n // 1024}k"
+    return str(n)
+
+
+def make_specs(tasks: Iterable[str], lengths: Iterable[int], seeds: Iterable[int],
+               configs: Iterable[MethodConfig], trace_dir: str | None,
+               task_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The run specs, ordered so that every method of an instance runs close together (a
+    partial run then compares methods on the same instances)."""
+    specs = []
+    cfgs = list(configs)
+    for task in tasks:
+        get_task(task)   # fail early on an unknown name
+        for length in lengths:
+            for seed in seeds:
+                for cfg in cfgs:
+                    specs.append({"task": task, "length": int(length), "seed": int(seed),
+                                  "config": cfg.model_dump(), "trace_dir": trace_dir,
+                                  "task_options": dict(task_options or {}),
+                                  "key": row_key(task, length, seed, cfg.label, cfg.model)})
+    return specs
+
+
+def _trace_name(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", key.replace("|", "__")) + ".jsonl"
+
+
+def _usage(res: Result, *roles: str) -> tuple[int, int]:
+    inp = sum(res.usage[r].usage.input_tokens for r in roles if r in res.usage)
+    out = sum(res.usage[r].usage.output_tokens for r in roles if r in res.usage)
+    return inp, out
+
+
+def _cut(value: Any) -> tuple[Any, int]:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    if len(text) <= ANSWER_CHARS:
+        return value, len(text)
+    return text[:ANSWER_CHARS] + " ...[cut]", len(text)
+
+
+async def arun_instance(spec: dict[str, Any]) -> dict[str, Any]:
+    """Generate, run, score one instance; always returns a row."""
+    started = time.time()
+    t0 = time.monotonic()
+    cfg = MethodConfig.model_validate(spec["config"])
+    task = get_task(spec["task"])
+    row: dict[str, Any] = {
+        "schema": SCHEMA_VERSION, "key": spec.get("key") or row_key(
+            spec["task"], spec["length"], spec["seed"], cfg.label, cfg.model),
+        "task": spec["task"], "length": spec["length"], "seed": spec["seed"],
+        "method": cfg.label, "model": cfg.model, "sub_model": cfg.sub_model or cfg.model,
+    }
+    trace_path = None
+    if spec.get("trace_dir"):
+        trace_path = str(Path(spec["trace_dir"]) / _trace_name(row["key"]))
+        Path(trace_path).unlink(missing_ok=True)   # a half-written trace of an earlier attempt
+    res: Result | None = None
+    try:
+        # generation is CPU-bound pure Python (up to seconds at 1M tokens): keep the loop free
+        inst = await asyncio.to_thread(task.generate, spec["seed"], spec["length"],
+                                       **spec.get("task_options", {}))
+        row["instance_id"] = inst.id
+        row["query"] = inst.query
+        res = await run_method(cfg, inst, trace_path)
+        sc = task.score(res.answer, inst)
+        score, metrics = sc.score, sc.metrics
+        gold = inst.gold
+    except Exception as e:   # a method or scorer bug is a failed row, never a lost run
+        score, metrics, gold = 0.0, {}, row.get("gold")
+        err = f"{type(e).__name__}: {e}"
+        if res is None:
+            res = Result(answer="", status="error", error=err)
+        else:
+            res.error = f"scoring failed: {err}"
+        row["traceback"] = traceback.format_exc()[-2000:]
+    root_in, root_out = _usage(res, "root")
+    sub_in, sub_out = _usage(res, "sub", "child")
+    row["answer"], row["answer_chars"] = _cut(res.answer)
+    row["gold"], row["gold_chars"] = _cut(gold)
+    row.update({
+        "score": score, "metrics": metrics, "status": res.status, "error": res.error,
+        "limit": res.limit, "cost_usd": res.cost_usd,
+        "root_input_tokens": root_in, "root_output_tokens": root_out,
+        "sub_input_tokens": sub_in, "sub_output_tokens": sub_out,
+        "tokens": root_in + root_out + sub_in + sub_out,
+        "turns": res.turns, "subcalls": res.subcalls, "wall_s": round(time.monotonic() - t0, 3),
+        "trace_path": trace_path, "started_at": started, "finished_at": time.time(),
+        "host": platform.node(),
+    })
+    return row
+
+
+def run_instance(spec: dict[str, Any]) -> dict[str, Any]:
+    """Blocking, picklable entry point: what a Ray task (or a process pool) would call."""
+    return asyncio.run(arun_instance(spec))
+
+
+# ---------------------------------------------------------------- results file
+class ResultsFile:
+    """Append-only JSONL of rows: fsync per row, torn tail repaired on open, last row per key
+    wins."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.skipped_lines = 0
+        self._repair_and_load()
+        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._lock = threading.Lock()
+
+    def _repair_and_load(self) -> None:
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            # killed mid-write: drop the partial line so the next row starts on a fresh line
+            cut = data.rfind(b"\n") + 1
+            with open(self.path, "r+b") as f:
+                f.truncate(cut)
+            data = data[:cut]
+            self.skipped_lines += 1
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                self.skipped_lines += 1
+                continue
+            if isinstance(row, dict) and "key" in row:
+                self.rows[row["key"]] = row
+
+    def done(self, retry_errors: bool = False) -> set[str]:
+        return {k for k, r in self.rows.items()
+                if not (retry_errors and r.get("status") == "error")}
+
+    def append(self, row: dict[str, Any]) -> None:
+        line = json.dumps(row, default=str, ensure_ascii=False) + "\n"
+        with self._lock:
+            self._f.write(line)
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self.rows[row["key"]] = row
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._f.closed:
+                self._f.close()
+
+
+def load_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a results file or of every *.jsonl directly in a directory (last per key)."""
+    p = Path(path)
+    files = sorted(p.glob("*.jsonl")) if p.is_dir() else [p]
+    rows: dict[str, dict[str, Any]] = {}
+    for f in files:
+        for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue    # a torn last line
+            if isinstance(row, dict) and "key" in row and "score" in row:
+                rows[row["key"]] = row
+    return list(rows.values())
+
+
+# ---------------------------------------------------------------- executors
+OnRow = Callable[[dict[str, Any]], None]
+
+
+class Executor(Protocol):
+    """Runs specs, calling `on_row(row)` in the calling process as each one finishes."""
+
+    def run(self, specs: list[dict[str, Any]], on_row: OnRow) -> None: ...
+
+
+class AsyncioExecutor:
+    """`concurrency` instances at a time on one event loop in this process."""
+
+    def __init__(self, concurrency: int = 4):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.concurrency = concurrency
+
+    def run(self, specs: list[dict[str, Any]], on_row: OnRow) -> None:
+        asyncio.run(self.arun(specs, on_row))
+
+    async def arun(self, specs: list[dict[str, Any]], on_row: OnRow) -> None:
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def one(spec: dict[str, Any]) -> None:
+            async with sem:
+                row = await arun_instance(spec)
+            on_row(row)
+
+        await asyncio.gather(*(one(s) for s in specs))
+
+
+# ---------------------------------------------------------------- the run
+def run_bench(specs: list[dict[str, Any]], out_dir: str | Path, *,
+              executor: Executor | None = None, retry_errors: bool = False,
+              progress: bool = True, on_row: OnRow | None = None) -> dict[str, Any]:
+    """Run the specs not already done in out_dir/rows.jsonl; returns counts."""
+    out = Path(out_dir)
+    results = ResultsFile(out / ROWS_FILE)
+    done = results.done(retry_errors)
+    todo = [s for s in specs if s["key"] not in done]
+    executor = executor or AsyncioExecutor()
+    summary = {"total": len(specs), "skipped": len(specs) - len(todo), "ran": 0, "errors": 0}
+    bar: Any = None
+    task_id: Any = None
+    scores: list[float] = []
+    if progress and todo:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        bar = Progress(TextColumn("[bold]bench[/]"), BarColumn(), MofNCompleteColumn(),
+                       TimeElapsedColumn(), TimeRemainingColumn(),
+                       TextColumn("{task.fields[info]}"), console=Console(stderr=True))
+        bar.start()
+        task_id = bar.add_task("bench", total=len(todo), info="")
+
+    def record(row: dict[str, Any]) -> None:
+        results.append(row)      # durable before anything else looks at it
+        summary["ran"] += 1
+        summary["errors"] += row.get("status") == "error"
+        scores.append(float(row.get("score") or 0.0))
+        if bar is not None:
+            bar.update(task_id, advance=1, info=(
+                f"mean {sum(scores) / len(scores):.2f}  errors {summary['errors']}  "
+                f"last {row['method']} {row['task']}-{format_length(row['length'])} "
+                f"s{row['seed']}: {row['score']:.2f} ({row['status']})"))
+        if on_row is not None:
+            on_row(row)
+
+    try:
+        if todo:
+            executor.run(todo, record)
+    finally:
+        if bar is not None:
+            bar.stop()
+        results.close()
+    return summary

@@ -1,0 +1,214 @@
+"""Bench runner end to end with a scripted model: rows, resume, torn lines, concurrency, a real
+kill mid-run and resume, the CLI, and the report (tables, CI, PNG plots)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recursa.bench import runner
+from recursa.bench.methods import MethodConfig
+from recursa.bench.report import bootstrap_ci, report, summarise
+from recursa.bench.runner import (
+    AsyncioExecutor,
+    ResultsFile,
+    load_rows,
+    make_specs,
+    parse_length,
+    row_key,
+    run_bench,
+)
+from recursa.cli import main
+
+TESTS = Path(__file__).parent
+SRC = TESTS.parent / "src"
+RESPONDER = "test_bench_methods:sniah_model"     # plays every method's part on S-NIAH
+
+ROW_FIELDS = {"key", "task", "length", "seed", "method", "model", "score", "answer", "gold",
+              "status", "error", "cost_usd", "root_input_tokens", "root_output_tokens",
+              "sub_input_tokens", "sub_output_tokens", "tokens", "turns", "subcalls", "wall_s",
+              "trace_path", "metrics", "limit"}
+
+
+def configs(*methods: str, **kw: Any) -> list[MethodConfig]:
+    from recursa.bench.methods import parse_method
+    out = []
+    for m in methods:
+        name, depth, trunc = parse_method(m)
+        out.append(MethodConfig(method=name, depth=depth, truncate=trunc, model="replay:",
+                                sandbox="inprocess", limits={"max_iterations": 3},
+                                client_options={"responder": RESPONDER, **kw}))
+    return out
+
+
+def test_parse_length_and_key() -> None:
+    assert parse_length("8k") == 8192 and parse_length("1m") == 2**20
+    assert parse_length("5000") == 5000 and parse_length("1.5k") == 1536
+    with pytest.raises(ValueError):
+        parse_length("big")
+    assert row_key("sniah", 8192, 0, "rlm", "m") == "sniah|8192|0|rlm|m"
+
+
+def test_end_to_end_rows_resume_and_report(tmp_path: Path) -> None:
+    specs = make_specs(["sniah"], [1024, 2048], range(2),
+                       configs("rlm", "direct", "compaction", "codeact-bm25"),
+                       str(tmp_path / "traces"))
+    assert len(specs) == 16
+    s = run_bench(specs, tmp_path, executor=AsyncioExecutor(4), progress=False)
+    assert s == {"total": 16, "skipped": 0, "ran": 16, "errors": 0}
+    rows = load_rows(tmp_path)
+    assert len(rows) == 16
+    for r in rows:
+        assert ROW_FIELDS <= set(r)
+        assert r["score"] == 1.0 and r["status"] == "final" and r["answer"] == r["gold"]
+        assert r["root_input_tokens"] > 0 and Path(r["trace_path"]).exists()
+    assert all(r["sub_input_tokens"] > 0 for r in rows if r["method"] == "rlm")
+    # resume: nothing is redone, nothing is appended
+    lines = (tmp_path / "rows.jsonl").read_text().count("\n")
+    s2 = run_bench(specs, tmp_path, progress=False)
+    assert s2["ran"] == 0 and s2["skipped"] == 16
+    assert (tmp_path / "rows.jsonl").read_text().count("\n") == lines
+
+    out = report(tmp_path, out_dir=tmp_path / "rep")
+    md = (tmp_path / "rep" / "results.md").read_text()
+    assert "### sniah" in md and "| rlm | 1k | 2 | 1.00 | [1.00, 1.00]" in md
+    for name in ("score_vs_length.png", "cost_vs_score.png"):
+        assert (tmp_path / "rep" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out["rows"] == 16
+
+
+def test_torn_last_line_is_repaired(tmp_path: Path) -> None:
+    f = tmp_path / "rows.jsonl"
+    good = [{"key": f"k{i}", "score": 1.0, "status": "final"} for i in range(2)]
+    f.write_text("".join(json.dumps(r) + "\n" for r in good) + '{"key": "k2", "sco')
+    rf = ResultsFile(f)
+    assert set(rf.rows) == {"k0", "k1"} and rf.skipped_lines == 1
+    rf.append({"key": "k2", "score": 0.5, "status": "final"})
+    rf.close()
+    lines = f.read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(x) for x in lines)
+    assert {r["key"] for r in load_rows(f)} == {"k0", "k1", "k2"}
+
+
+def test_retry_errors_redoes_failed_rows_only(tmp_path: Path) -> None:
+    bad = MethodConfig(method="direct", model="nope:model")    # no such provider: every row fails
+    specs = make_specs(["sniah"], [1024], range(2), [bad, *configs("direct")], None)
+    s = run_bench(specs, tmp_path, progress=False)
+    assert s["errors"] == 2
+    rows = {r["key"]: r for r in load_rows(tmp_path)}
+    failed = [r for r in rows.values() if r["model"] == "nope:model"]
+    assert all(r["status"] == "error" and "unknown prefix" in r["error"] for r in failed)
+    assert all(r["score"] == 0.0 and r["traceback"] for r in failed)
+    assert run_bench(specs, tmp_path, progress=False)["ran"] == 0
+    assert run_bench(specs, tmp_path, progress=False, retry_errors=True)["ran"] == 2
+
+
+def test_direct_overflow_rows_and_report(tmp_path: Path) -> None:
+    cfgs = configs("direct", "rlm")
+    cfgs[0] = cfgs[0].model_copy(update={"window_tokens": 2000})
+    specs = make_specs(["sniah"], [1024, 4096], range(2), cfgs, None)
+    run_bench(specs, tmp_path, progress=False)
+    rows = load_rows(tmp_path)
+    over = [r for r in rows if r["limit"] == "context_window"]
+    assert {(r["method"], r["length"]) for r in over} == {("direct", 4096)}
+    assert all(r["status"] == "error" and r["score"] == 0 and r["tokens"] == 0 for r in over)
+    cells = {(c.method, c.length): c for c in summarise(rows)}
+    assert cells[("direct", 4096)].overflow == 2 and cells[("direct", 4096)].mean == 0.0
+    assert cells[("rlm", 4096)].mean == 1.0
+    assert "2 (2 over window)" in (report(tmp_path, plots=False)["markdown"]).read_text()
+
+
+def test_executor_runs_at_most_concurrency_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    live = peak = 0
+
+    async def fake(spec: dict[str, Any]) -> dict[str, Any]:
+        nonlocal live, peak
+        live += 1
+        peak = max(peak, live)
+        await asyncio.sleep(0.05)
+        live -= 1
+        return {"key": spec["key"]}
+
+    monkeypatch.setattr(runner, "arun_instance", fake)
+    got: list[str] = []
+    t0 = time.monotonic()
+    AsyncioExecutor(3).run([{"key": str(i)} for i in range(12)], lambda r: got.append(r["key"]))
+    assert peak == 3 and sorted(got, key=int) == [str(i) for i in range(12)]
+    assert time.monotonic() - t0 < 12 * 0.05          # overlapped, not one after another
+
+
+def test_instances_overlap_with_a_slow_model(tmp_path: Path) -> None:
+    specs = make_specs(["sniah"], [1024], range(4), configs("direct", latency=0.3), None)
+    t0 = time.monotonic()
+    run_bench(specs, tmp_path, executor=AsyncioExecutor(4), progress=False)
+    assert time.monotonic() - t0 < 4 * 0.3
+    assert all(r["score"] == 1.0 for r in load_rows(tmp_path))
+
+
+def test_bootstrap_ci() -> None:
+    assert bootstrap_ci([1.0]) == (1.0, 1.0)
+    assert bootstrap_ci([0.0, 0.0, 0.0]) == (0.0, 0.0)
+    vals = [1.0] * 7 + [0.0] * 3
+    lo, hi = bootstrap_ci(vals)
+    assert 0.3 <= lo < 0.7 < hi <= 1.0
+    assert bootstrap_ci(vals) == (lo, hi)              # seeded: reproducible
+
+
+def _cli_args(out: Path, n: int, *extra: str) -> list[str]:
+    return ["bench", "run", "--task", "sniah", "--lengths", "1k,2k", "--method", "rlm,direct",
+            "-n", str(n), "--out", str(out), "--model", "replay:", "--sandbox", "inprocess",
+            "--client-option", f"responder={RESPONDER}", "--max-iterations", "3", *extra]
+
+
+def test_cli_run_list_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_cli_args(tmp_path, 2, "--no-progress")) == 0
+    assert len(load_rows(tmp_path)) == 8
+    assert main(["bench", "report", str(tmp_path), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "sniah" in out and "bootstrap" in out and "direct" in out
+    assert main(["bench", "list"]) == 0
+    assert "codeact-bm25" in capsys.readouterr().out
+    assert main(["bench", "run", "--task", "nope", "--out", str(tmp_path),
+                 "--model", "replay:"]) == 2
+
+
+@pytest.mark.slow
+def test_kill_mid_run_then_resume(tmp_path: Path) -> None:
+    """SIGKILL the runner while instances are in flight; a second run finishes the rest without
+    redoing or losing any finished row."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(SRC)])}
+    cmd = [sys.executable, "-m", "recursa.cli",
+           *_cli_args(tmp_path, 6, "--no-progress", "--concurrency", "2", "--client-option",
+                      "latency=0.15")]
+    rows_file = tmp_path / "rows.jsonl"
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if rows_file.exists() and rows_file.read_text().count("\n") >= 5:
+            break
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = {r["key"]: r for r in load_rows(rows_file)}
+    assert 5 <= len(before) < 24, len(before)
+
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert f"{24 - len(before)} run, {len(before)} already done" in res.stderr
+    after = {r["key"]: r for r in load_rows(rows_file)}
+    assert len(after) == 24 and all(r["score"] == 1.0 for r in after.values())
+    for k, r in before.items():      # finished rows were kept as they were, not redone
+        assert after[k]["finished_at"] == r["finished_at"]
+    lines = [ln for ln in rows_file.read_text().splitlines() if ln.strip()]
+    assert len(lines) == 24 and all(json.loads(ln) for ln in lines)
