@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 err = Console(stderr=True, highlight=False)
 
@@ -28,6 +29,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sub-model", help="model for sub-calls (default: the root model)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint for the model")
     p.add_argument("--sub-base-url", help="endpoint for the sub-model")
+    p.add_argument("--api-key-env", metavar="NAME",
+                   help="environment variable holding the key for --base-url (keys are never "
+                        "taken on the command line, where `ps` would show them)")
     p.add_argument("--sandbox", default="local", choices=["local", "inprocess"],
                    help="where model-written code runs (default: isolated local worker)")
     p.add_argument("--max-iterations", type=int)
@@ -46,7 +50,7 @@ def resolve_model(a: argparse.Namespace) -> str:
         return a.model
     from recursa.models import default_model_spec
     spec, reason = default_model_spec(os.environ)
-    err.print(f"[yellow]no --model given: using {spec} ({reason})[/]")
+    err.print(f"[yellow]no --model given: using {spec} ({escape(reason)})[/]")
     return spec
 
 
@@ -75,13 +79,18 @@ def cmd_run(a: argparse.Namespace) -> int:
             view = None
         else:
             view = ConsoleView(err, budget=limits)
-        rlm = RLM(model=model, sub_model=a.sub_model, base_url=a.base_url,
+        api_key = None
+        if a.api_key_env:
+            api_key = os.environ.get(a.api_key_env)
+            if not api_key:
+                raise ValueError(f"--api-key-env {a.api_key_env}: that variable is not set")
+        rlm = RLM(model=model, sub_model=a.sub_model, base_url=a.base_url, api_key=api_key,
                   sub_base_url=a.sub_base_url, sandbox=a.sandbox, concurrency=a.concurrency,
                   max_output_chars=a.max_output_chars, trace_path=a.trace,
                   trace_dir=None if a.trace else a.trace_dir,
                   sinks=[view] if view else None, **limits)
     except (RecursaError, ValueError, TypeError, OSError) as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         return 2
     try:
         res = asyncio.run(rlm.acompletion(a.query, context))
@@ -93,12 +102,13 @@ def cmd_run(a: argparse.Namespace) -> int:
             if last.get("answer"):
                 print(last["answer"])
                 err.print("[yellow](partial answer above)[/]")
-        err.print(f"trace: {rlm.trace_path or rlm.trace_dir or '(none: pass --trace)'}")
+        where = rlm.trace_path or (rlm.trace_dir and f"{rlm.trace_dir}/run-*.jsonl (the newest)")
+        err.print(f"trace: {escape(str(where or '(none: pass --trace)'))}")
         return 130
     except RecursaError as e:
         if view:
             view.close()
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         return 2
     finally:
         if view:
@@ -110,9 +120,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     tokens = sum(u.usage.total_tokens for u in res.usage.values())
     err.print(f"[dim]status {res.status}  turns {res.turns}  sub-calls {res.subcalls}  "
               f"tokens {tokens:,}  cost {cost}  {res.elapsed_s:.1f}s"
-              + (f"  trace {res.trace_path}" if res.trace_path else "") + "[/]")
+              + (f"  trace {escape(res.trace_path)}" if res.trace_path else "") + "[/]")
     if res.status == "error":
-        err.print(f"[red]run failed:[/] {res.error}")
+        err.print(f"[red]run failed:[/] {escape(str(res.error))}")
         return 1
     if res.status == "limit":
         err.print(f"[yellow]stopped at limit {res.limit}; answer extracted at the end[/]")
@@ -133,7 +143,7 @@ def cmd_models(a: argparse.Namespace) -> int:
     try:
         path = fetch_mod.fetch_model(a.name, progress=lambda m: err.print(f"[dim]{m}[/]"))
     except Exception as e:
-        err.print(f"[red]error:[/] {e}")
+        err.print(f"[red]error:[/] {escape(str(e))}")
         return 1
     print(path)
     return 0

@@ -35,7 +35,8 @@ A first turn usually looks like this:
 print(len(context))
 print(context[:500])
 ```
-Only after reading that output, search (e.g. `re.findall(...)`), ask sub-models on chunks of \
+Only after reading that output, search with string methods or regular expressions, ask \
+sub-models on chunks of \
 about {chunk} characters (`llm_batch([...])`), print what you found, and in a later turn, once \
 it is checked, set answer["content"] and answer["ready"] = True.
 {tips}"""
