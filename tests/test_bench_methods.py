@@ -201,3 +201,26 @@ async def test_codeact_search_in_the_local_sandbox(inst: Any) -> None:
     """search() works over the real worker process (bubblewrap where present) too."""
     res = await run_method(cfg("codeact-bm25", sandbox="local"), inst, None)
     assert res.answer == inst.gold, res.error
+
+
+def depth_model(messages: list[dict[str, Any]]) -> str:
+    """Root -> child RLM (query SUBTASK) -> grandchild RLM (query LEAF), which finds the number."""
+    first_user = str(messages[1].get("content", "")) if len(messages) > 1 else ""
+    if "REPL" not in str(messages[0].get("content", "")):
+        return "none"                                   # a plain sub-call
+    if "LEAF" in first_user:
+        return "```repl\nimport re\nFINAL(re.search(r'is: (\\d{7})', context).group(1))\n```"
+    if "SUBTASK" in first_user:
+        return "```repl\nFINAL(rlm_query('LEAF: the magic number', context=context))\n```"
+    return "```repl\nFINAL(rlm_query('SUBTASK: the magic number', context=context))\n```"
+
+
+async def test_rlm_deeper_runs_nested_children(inst: Any) -> None:
+    opts = {"responder": "test_bench_methods:depth_model"}
+    res = await run_method(cfg("rlm-d2", client_options=opts), inst, None)
+    assert res.answer == inst.gold and res.status == "final"
+    assert res.usage["child"].calls == 2          # child and grandchild, one turn each
+    # at depth 1 the child's own rlm_query is a plain sub-call, which cannot read the context
+    res1 = await run_method(cfg("rlm", client_options=opts), inst, None)
+    assert res1.usage["child"].calls == 1 and res1.subcalls == 1
+    assert res1.answer == "none"

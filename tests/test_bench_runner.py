@@ -212,3 +212,20 @@ def test_kill_mid_run_then_resume(tmp_path: Path) -> None:
         assert after[k]["finished_at"] == r["finished_at"]
     lines = [ln for ln in rows_file.read_text().splitlines() if ln.strip()]
     assert len(lines) == 24 and all(json.loads(ln) for ln in lines)
+
+
+def test_run_instance_is_a_plain_picklable_function() -> None:
+    """The Ray seam: a top-level function of a JSON-able dict, returning a JSON-able row."""
+    import pickle
+    spec = make_specs(["sniah"], [1024], [5], configs("direct"), None)[0]
+    spec = json.loads(json.dumps(spec))
+    fn = pickle.loads(pickle.dumps(runner.run_instance))
+    row = fn(spec)
+    assert row["key"] == spec["key"] and row["score"] == 1.0
+    json.dumps(row)
+
+
+def test_progress_bar_on_a_non_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_cli_args(tmp_path, 1)) == 0
+    err = capsys.readouterr().err
+    assert "4 run, 0 already done, 0 errors" in err
