@@ -105,7 +105,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         where = rlm.trace_path or (rlm.trace_dir and f"{rlm.trace_dir}/run-*.jsonl (the newest)")
         err.print(f"trace: {escape(str(where or '(none: pass --trace)'))}")
         return 130
-    except RecursaError as e:
+    except (RecursaError, ValueError) as e:
         if view:
             view.close()
         err.print(f"[red]error:[/] {escape(str(e))}")

@@ -60,6 +60,8 @@ class RLM:
             model, _reason = default_model_spec(os.environ)
         self.model = model
         self.sub_model = sub_model if sub_model is not None else model
+        for spec in (self.model, self.sub_model, *(models or {}).values()):
+            _check_spec(spec)
         self.base_url, self.api_key = base_url, api_key
         self.sub_base_url, self.sub_api_key = sub_base_url, sub_api_key
         self.models = dict(models or {})
@@ -196,6 +198,18 @@ class RLM:
     def _redactor(self) -> Callable[[str], str]:
         from recursa.trace import Redactor
         return Redactor([k for k in (self.api_key, self.sub_api_key) if k])
+
+
+def _check_spec(spec: Any) -> None:
+    """Fail at construction, not mid-run, on a spec no client can serve."""
+    if not isinstance(spec, str) or spec.startswith("replay-file:"):
+        return
+    from recursa.models import PREFIXES, _bad_spec
+    prefix, sep, _ = spec.partition(":")
+    if not sep:
+        raise _bad_spec(spec, "no provider prefix")
+    if prefix.strip().lower() not in PREFIXES:
+        raise _bad_spec(spec, f"unknown prefix {prefix!r}")
 
 
 def _context_chars(client: ModelClient) -> int:

@@ -63,6 +63,9 @@ def make_client(spec: str, *, base_url: str | None = None, api_key: str | None =
                 prices: Mapping[str, Any] | None = None, **opts: Any) -> ModelClient:
     """Build the client a spec string names. `opts` go to the client's constructor
     (e.g. max_retries, retry_base_delay, timeout, n_ctx, responses=...)."""
+    if spec.startswith("replay-file:"):          # test-only scripted model from a JSON file
+        from .replay import load_replay_file
+        return load_replay_file(spec)
     prefix, sep, model = spec.partition(":")
     prefix = prefix.strip().lower()
     if not sep:

@@ -89,3 +89,32 @@ class ReplayClient:
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+REPLAY_FILE_PREFIX = "replay-file:"
+
+
+def load_replay_file(spec: str) -> ReplayClient:
+    """`replay-file:PATH` (TEST-ONLY): a scripted model read from a JSON file — a list of
+    responses used once each, in order, or `{"cycle": [...]}` repeated forever. It lets tests
+    drive a real `recursa run` / `serve` / `mcp` process without a model."""
+    import itertools
+    import json
+    from pathlib import Path
+
+    path = Path(spec.removeprefix(REPLAY_FILE_PREFIX))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{spec}: cannot read a JSON script: {e}") from e
+    if isinstance(data, dict) and isinstance(data.get("cycle"), list) and data["cycle"]:
+        items = itertools.cycle([str(x) for x in data["cycle"]])
+        lock = threading.Lock()
+
+        def next_item(_messages: Any) -> str:
+            with lock:   # concurrent runs share one script
+                return next(items)
+        return ReplayClient(next_item, name=spec)
+    if isinstance(data, list):
+        return ReplayClient([str(x) for x in data], name=spec)
+    raise ValueError(f"{spec}: expected a JSON list of responses or {{\"cycle\": [...]}}")

@@ -3,10 +3,6 @@ scripted model spec, progress lines from events, and a Result's spend summary.""
 
 from __future__ import annotations
 
-import itertools
-import json
-import threading
-from pathlib import Path
 from typing import Any
 
 from recursa.budget import Budget
@@ -36,23 +32,8 @@ def load_model(spec: str | ModelClient | None) -> str | ModelClient | None:
     """
     if not isinstance(spec, str) or not spec.startswith(REPLAY_FILE_PREFIX):
         return spec
-    from recursa.models.replay import ReplayClient
-    path = Path(spec[len(REPLAY_FILE_PREFIX):])
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{spec}: cannot read a JSON script: {e}") from e
-    if isinstance(data, dict) and isinstance(data.get("cycle"), list) and data["cycle"]:
-        items = itertools.cycle([str(x) for x in data["cycle"]])
-        lock = threading.Lock()
-
-        def next_item(_messages: Any) -> str:
-            with lock:   # concurrent runs share one script
-                return next(items)
-        return ReplayClient(next_item, name=spec)
-    if isinstance(data, list):
-        return ReplayClient([str(x) for x in data], name=spec)
-    raise ValueError(f"{spec}: expected a JSON list of responses or {{\"cycle\": [...]}}")
+    from recursa.models.replay import load_replay_file
+    return load_replay_file(spec)
 
 
 # ---------------------------------------------------------------- limits
