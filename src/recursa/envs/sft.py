@@ -1,0 +1,187 @@
+"""SFT export: traces of scored runs -> chat-format fine-tuning examples (JSONL).
+
+Each kept run gives one example holding the root conversation exactly as the root model saw it
+(system prompt, first user message, then its replies and the REPL feedback, rebuilt from the
+trace's turn and cell events with the loop's own templates), ending with the root's last reply.
+With `subcalls=True` every sub-model call becomes an example of its own (prompt -> response).
+Lines are `{"messages": [...]}` — the format TRL's SFTTrainer, axolotl's chat_template and the
+OpenAI fine-tuning API read — plus `meta` when asked. Identical examples are written once.
+
+Rejection fine-tuning keeps runs whose reward (recorded in the trace by the rollout runner, see
+`recursa.envs.rollout`) is at least `min_reward`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recursa import prompts
+from recursa.envs.base import strip_tips
+from recursa.loop import KEEP
+from recursa.trace import Run, TraceNode, load_runs
+
+Messages = list[dict[str, str]]
+
+
+@dataclass
+class ExportStats:
+    runs: int = 0
+    kept_runs: int = 0
+    examples: int = 0
+    root_examples: int = 0
+    sub_examples: int = 0
+    duplicates: int = 0
+    low_reward: int = 0
+    unscored: int = 0
+    unusable: int = 0        # runs whose conversation cannot be rebuilt (see root_messages)
+
+
+def trace_files(paths: Iterable[str | Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(sorted(p.rglob("*.jsonl")))
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise OSError(f"no such trace file or directory: {p}")
+    return out
+
+
+def run_reward(run: Run) -> dict[str, Any] | None:
+    """The last reward record of a run (a `run` point event with `reward`), or None."""
+    root = run.root
+    if root is None:
+        return None
+    recs = [p.data for p in root.points if p.kind == "run" and "reward" in p.data]
+    return dict(recs[-1]) if recs else None
+
+
+def _first_messages(root: TraceNode) -> tuple[str, str] | None:
+    for p in root.points:
+        if "system" in p.data and "first_user" in p.data:
+            return str(p.data["system"]), str(p.data["first_user"])
+    return None
+
+
+def root_messages(run: Run) -> Messages | None:
+    """The root model's conversation, or None when the trace cannot give it exactly: no traced
+    first messages, a turn without text, or a plain-LLM turn whose tool calls were not traced."""
+    root = run.root
+    if root is None:
+        return None
+    first = _first_messages(root)
+    if first is None:
+        return None
+    msgs: Messages = [{"role": "system", "content": first[0]},
+                      {"role": "user", "content": first[1]}]
+    query = str(run.query or "")
+    turns = [run.nodes[c] for c in root.children if run.nodes[c].kind == "turn"]
+    for i, turn in enumerate(turns):
+        text = turn.data.get("text")
+        if not isinstance(text, str) or not text or turn.data.get("tool_calls"):
+            return None
+        if turn.data.get("last"):
+            if text.strip("`'\". ").upper() == KEEP:
+                break   # the kept draft was shown in a message the trace does not hold
+            msgs.append({"role": "user", "content": prompts.LAST_TURN.format(
+                limit=run.limit or "error", query=query[:500])})
+        msgs.append({"role": "assistant", "content": text})
+        nxt = turns[i + 1] if i + 1 < len(turns) else None
+        if nxt is None or nxt.data.get("last"):
+            continue
+        cells = [run.nodes[c] for c in turn.children if run.nodes[c].kind == "cell"]
+        if not cells:
+            feedback = prompts.NO_CODE
+        elif len(cells) == 1:
+            feedback = str(cells[0].data.get("output", ""))
+        else:
+            feedback = "\n\n".join(f"[block {j + 1}]\n{c.data.get('output', '')}"
+                                   for j, c in enumerate(cells))
+        msgs.append({"role": "user", "content": feedback + "\n\n" + prompts.CONTINUE.format(
+            query=query[:500])})
+    while msgs and msgs[-1]["role"] != "assistant":
+        msgs.pop()
+    return msgs if len(msgs) >= 3 else None
+
+
+def sub_messages(run: Run) -> list[Messages]:
+    """One example per successful sub-call whose prompt was traced in full and that used no
+    tools (a tool loop's inner conversation is not in the trace)."""
+    out = []
+    for n in run.walk():
+        if n.kind != "subcall" or n.data.get("error") or n.data.get("tool_calls"):
+            continue
+        prompt, resp = n.data.get("prompt"), n.data.get("response")
+        if not isinstance(prompt, str) or not isinstance(resp, str) or not resp:
+            continue
+        if int(n.data.get("prompt_chars") or len(prompt)) != len(prompt):
+            continue   # truncated in the trace
+        out.append([{"role": "user", "content": prompt}, {"role": "assistant", "content": resp}])
+    return out
+
+
+def _strip(msgs: Messages) -> Messages:
+    return [{**m, "content": strip_tips(m["content"])} for m in msgs]
+
+
+def export_sft(paths: Iterable[str | Path], out: str | Path, *, min_reward: float = 1.0,
+               strip: bool = True, subcalls: bool = False, include_unscored: bool = False,
+               meta: bool = False) -> ExportStats:
+    stats = ExportStats()
+    seen: set[str] = set()
+    lines: list[str] = []
+
+    def add(msgs: Messages, info: dict[str, Any], kind: str) -> None:
+        if strip:
+            msgs = _strip(msgs)
+        key = hashlib.sha256(json.dumps(msgs, sort_keys=True).encode()).hexdigest()
+        if key in seen:
+            stats.duplicates += 1
+            return
+        seen.add(key)
+        row: dict[str, Any] = {"messages": msgs}
+        if meta:
+            row["meta"] = {**info, "kind": kind}
+        lines.append(json.dumps(row, ensure_ascii=False))
+        stats.examples += 1
+        if kind == "root":
+            stats.root_examples += 1
+        else:
+            stats.sub_examples += 1
+
+    for path in trace_files(paths):
+        try:
+            runs = load_runs(path)
+        except ValueError:
+            continue   # not a recursa trace
+        for run in runs:
+            stats.runs += 1
+            rec = run_reward(run)
+            if rec is None and not include_unscored:
+                stats.unscored += 1
+                continue
+            if rec is not None and float(rec["reward"]) < min_reward:
+                stats.low_reward += 1
+                continue
+            info = {"run_id": run.run_id, "reward": rec.get("reward") if rec else None,
+                    "env": rec.get("env") if rec else None,
+                    "variant": rec.get("variant") if rec else None, "trace": str(path)}
+            msgs = root_messages(run)
+            subs = sub_messages(run) if subcalls else []
+            if msgs is None and not subs:
+                stats.unusable += 1
+                continue
+            stats.kept_runs += 1
+            if msgs is not None:
+                add(msgs, info, "root")
+            for s in subs:
+                add(s, info, "sub")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return stats
