@@ -88,7 +88,7 @@ async def test_llm_variants() -> None:
     # a tool environment's llm variant runs the tools as the environment's response
     env = load_environment("research", "llm", num_examples=1, length_tokens=4000)
     gold = env.get_eval_dataset()[0]["answer"]
-    assert "```tool" in env.get_eval_dataset()[0]["prompt"][0]["content"]
+    assert "<tool_call>" in env.get_eval_dataset()[0]["prompt"][0]["content"]
     client = ReplayClient(['```tool\n{"name": "search", "arguments": {"query": "maker"}}\n```',
                            gold])
     state = await env.rollout(_input(env), RecursaClient(client), "policy")

@@ -160,8 +160,8 @@ async def test_text_loop_runs_tools_and_returns_only_the_answer() -> None:
     assert res.completion.usage.input_tokens == sum(max(1, sum(len(m["content"]) for m in c) // 4)
                                                     for c in sub.calls)
     first, second = sub.calls
-    assert first[0]["role"] == "system" and "```tool" in first[0]["content"]
-    assert "search(query: string, k: integer (optional)" in first[0]["content"]
+    assert first[0]["role"] == "system" and "<tool_call>" in first[0]["content"]
+    assert json.dumps(make_tool(search).schema()) in first[0]["content"]
     assert second[-1] == {"role": "user", "content": "Result of search:\nhits for whale"}
     tool_evs = [e for e in events if e.kind == "tool"]
     assert [e.phase for e in tool_evs] == ["start", "end"]

@@ -16,8 +16,8 @@ trace (`tool` events under the sub-call).
 
 Two wire formats. A client that sets `supports_tools = True` gets OpenAI-style `tools=` and is
 expected to return tool calls in `Completion.raw` (choices[0].message.tool_calls). Every other
-client — the local 0.5B model, replay scripts — uses a text protocol: the model replies with a
-```tool fenced block (or Qwen's <tool_call>...</tool_call>) holding {"name": ..., "arguments": ...}.
+client — the local 0.5B model, replay scripts — uses a text protocol: the model replies with
+<tool_call>{"name": ..., "arguments": ...}</tool_call> (a ```tool fenced block is accepted too).
 """
 
 from __future__ import annotations
@@ -119,13 +119,6 @@ class Tool:
                                                  "description": self.description,
                                                  "parameters": self.parameters}}
 
-    def signature_line(self) -> str:
-        props = self.parameters.get("properties", {})
-        req = set(self.parameters.get("required", []))
-        args = ", ".join(f"{k}: {v.get('type', 'any')}" + ("" if k in req else " (optional)")
-                         for k, v in props.items())
-        return f"- {self.name}({args}): {self.description}"
-
 
 def make_tool(fn: Callable[..., Any] | Tool, *, name: str | None = None,
               description: str | None = None, timeout: float | None = None) -> Tool:
@@ -199,13 +192,17 @@ class ToolSet:
         return [t.schema() for t in self.tools]
 
     def protocol_prompt(self) -> str:
-        """How a client without native tool calls is told to call tools."""
-        lines = "\n".join(t.signature_line() for t in self.tools)
-        return ("You can call these tools:\n" + lines + "\n\nTo call a tool, reply with ONLY a "
-                "block like this and nothing else:\n```tool\n{\"name\": \"TOOL_NAME\", "
-                "\"arguments\": {\"ARG\": \"VALUE\"}}\n```\nYou will get the result in the "
-                "next message. Call tools as often as you need; when you know the answer, "
-                "reply with the answer in plain text and no tool block.")
+        """How a client without native tool calls is told to call tools. The <tools> /
+        <tool_call> tags are the Hermes-style convention many open models (Qwen among them)
+        were trained on, so small local models follow it far more often than a new format."""
+        schemas = "\n".join(json.dumps(t.schema(), ensure_ascii=False) for t in self.tools)
+        return ("# Tools\n\nYou can call functions to help answer the user. Their signatures "
+                f"are inside <tools></tools>:\n<tools>\n{schemas}\n</tools>\n\nTo call a "
+                "function, reply with only a JSON object with its name and arguments inside "
+                "<tool_call></tool_call> tags:\n<tool_call>\n{\"name\": \"FUNCTION_NAME\", "
+                "\"arguments\": {\"ARG\": \"VALUE\"}}\n</tool_call>\nThe result comes in "
+                "the next message. Call functions as often as you need; when you know the answer, "
+                "reply with the answer in plain text and no <tool_call>.")
 
 
 # ==================================================================== parsing calls
