@@ -33,7 +33,7 @@ demo: model
 	$(BIN)/python examples/demo.py
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests $(wildcard benchmarks examples)
 
 test: model lint
 	$(BIN)/python -m pytest -m "" -q -p no:cacheprovider
