@@ -1,0 +1,46 @@
+"""Remote sandboxes: the same worker and framed protocol over a remote process's stdio.
+
+    make_remote_sandbox("docker", image="python:3.12-slim")
+    make_remote_sandbox("modal", timeout=1800)
+    make_remote_sandbox("e2b", template="base")
+    make_remote_sandbox("daytona", image="python:3.12-slim")
+
+Provider SDKs are optional extras (`pip install 'recursa[modal]'` etc.) imported only when a
+sandbox starts. See docs/remote.md for what each provider isolates and how to try it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from recursa.sandbox.remote.base import Launcher, RemoteSandbox, StreamTransport
+from recursa.types import Sandbox
+
+__all__ = ["KINDS", "Launcher", "RemoteSandbox", "StreamTransport", "make_remote_sandbox"]
+
+KINDS = ("docker", "modal", "e2b", "daytona")
+_SANDBOX_OPTS = ("start_timeout", "interrupt_grace")
+
+
+def _launcher(kind: str, opts: dict[str, Any]) -> Launcher:
+    # Imports stay inside: none of these modules imports its SDK before prepare().
+    if kind == "docker":
+        from recursa.sandbox.remote.docker import DockerLauncher
+        return DockerLauncher(**opts)
+    if kind == "modal":
+        from recursa.sandbox.remote.modal import ModalLauncher
+        return ModalLauncher(**opts)
+    if kind == "e2b":
+        from recursa.sandbox.remote.e2b import E2BLauncher
+        return E2BLauncher(**opts)
+    if kind == "daytona":
+        from recursa.sandbox.remote.daytona import DaytonaLauncher
+        return DaytonaLauncher(**opts)
+    raise ValueError(f"unknown remote sandbox kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def make_remote_sandbox(kind: str, **opts: Any) -> Sandbox:
+    """A `RemoteSandbox` for `kind`; `start_timeout` and `interrupt_grace` go to the sandbox,
+    every other option to the provider's launcher (see its class for the list)."""
+    sandbox_opts = {k: opts.pop(k) for k in _SANDBOX_OPTS if k in opts}
+    return RemoteSandbox(_launcher(kind, opts), **sandbox_opts)
