@@ -158,9 +158,6 @@ def test_cost_limit_with_64_parallel_calls(max_cost, tmp_path):
     assert res.cost_usd <= max_cost + 0.01 + 1e-9     # every call costs 0.01
 
 
-@pytest.mark.xfail(strict=True, reason="every child RLM that reaches a limit gets its own "
-                   "forced last-answer turn past the budget (loop._last_turn force=True at any "
-                   "depth): the overshoot is 1 + the number of children at the limit")
 def test_cost_limit_with_children_at_the_limit_overshoots_by_one_call_only():
     # 1 root turn + 49 sub-calls reach $0.50; the child then gets a forced last turn, and so
     # does the root: $0.52, two calls over.

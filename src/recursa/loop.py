@@ -134,6 +134,9 @@ async def _turns(env: RunEnv, st: _State, sandbox: Sandbox, node: Node,
                             error=str(e))
             return
         st.turns += 1
+        # the spend is in the trace before any cell runs: a host killed mid-cell still shows it
+        env.tracer.emit("turn", id=turn_ev, phase="update", parent=run_ev, depth=depth,
+                        usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, model=comp.model)
         messages.append({"role": "assistant", "content": comp.text})
         blocks = code_blocks(comp.text)
         outputs: list[str] = []
@@ -185,8 +188,8 @@ async def _last_turn(env: RunEnv, st: _State, messages: list[Message], query: st
         comp = await env.dispatcher.call_model(
             env.root_client, [*messages, {"role": "user", "content": msg}],
             role="root" if depth == 0 else "child", subcall=False,
-            options=env.root_options, force=True)
-    except ModelError as e:
+            options=env.root_options, force=depth == 0)   # only the top run may pass a limit
+    except (ModelError, BudgetExceeded) as e:
         env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth, error=str(e))
         if st.error is None and st.limit is None:
             st.error = e

@@ -68,6 +68,8 @@ class OTelSink:
                 self._start(event)
             elif event.phase == "end":
                 self._end(event)
+            elif event.phase == "update":
+                pass          # the end event repeats what an update carries
             else:
                 self._point(event)
 

@@ -402,6 +402,8 @@ def build_run(events: Iterable[Event], *, run_id: str | None = None) -> Run:
         if ev.phase == "start":
             node.start = ev.t
             node.data = {**ev.data, **node.data}
+        elif ev.phase == "update":        # data for a span still open; its times stay
+            node.data.update(ev.data)
         else:
             node.end = ev.t
             node.data.update(ev.data)

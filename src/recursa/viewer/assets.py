@@ -127,6 +127,7 @@ function ingest(ev) {
     M.nodes.set(ev.id, n); M.order.push(n);
   }
   if (ev.phase === "start") { n.start = ev.t; n.data = Object.assign({}, data, n.data); }
+  else if (ev.phase === "update") { Object.assign(n.data, data); }
   else { n.end = ev.t; Object.assign(n.data, data); if (n.start === null) n.start = ev.t; }
   if (!n.parent && ev.parent) n.parent = ev.parent;
 }
