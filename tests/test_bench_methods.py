@@ -224,3 +224,24 @@ async def test_rlm_deeper_runs_nested_children(inst: Any) -> None:
     res1 = await run_method(cfg("rlm", client_options=opts), inst, None)
     assert res1.usage["child"].calls == 1 and res1.subcalls == 1
     assert res1.answer == "none"
+
+
+async def test_codeact_search_survives_a_sandbox_restart(inst: Any) -> None:
+    """A cell that times out restarts the worker; search() is defined again afterwards."""
+    from recursa.models import ReplayClient
+    stuck = ("```repl\nimport signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+             "while True:\n    pass\n```")      # ignores the interrupt: the worker is killed
+    replies = iter([stuck,
+                    "```repl\nhits = search(" + repr(inst.meta["key"]) + ", k=2)\n"
+                    "import re\nFINAL(re.search(r'is: (\\d{7})', hits[0]['text']).group(1))\n```"])
+    client = ReplayClient(lambda m: next(replies))
+    import recursa.bench.methods as methods
+    orig = methods._make_clients
+    methods._make_clients = lambda _cfg: (client, client)
+    try:
+        res = await run_method(cfg("codeact-bm25", sandbox="local",
+                                   limits={"max_iterations": 3, "cell_timeout": 1}), inst, None)
+    finally:
+        methods._make_clients = orig
+    assert "restart" in client.calls[1][-1]["content"].lower()
+    assert res.answer == inst.gold, res.error
