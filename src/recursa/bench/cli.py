@@ -62,6 +62,8 @@ def register(sub: Any) -> None:
     r.add_argument("--retry-errors", action="store_true", help="redo rows with status error")
     r.add_argument("--no-traces", action="store_true", help="write no per-instance traces")
     r.add_argument("--no-progress", action="store_true")
+    from .executors import add_executor_options
+    add_executor_options(r)     # --executor local|ray (recursa.bench.executors)
     r.set_defaults(fn=cmd_run)
 
     p = bs.add_parser("report", help="tables (mean score, 95%% CI, cost, tokens, time) + plots")
@@ -78,8 +80,9 @@ def register(sub: Any) -> None:
 def cmd_run(a: argparse.Namespace) -> int:
     from recursa.cli import _limits, resolve_model
 
+    from .executors import executor_from_args
     from .methods import MethodConfig, parse_method
-    from .runner import AsyncioExecutor, make_specs, parse_length, run_bench
+    from .runner import make_specs, parse_length, run_bench
 
     try:
         model = resolve_model(a)
@@ -108,7 +111,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     except (ValueError, KeyError, TypeError) as e:
         err.print(f"[red]error:[/] {e}")
         return 2
-    s = run_bench(specs, a.out, executor=AsyncioExecutor(a.concurrency),
+    s = run_bench(specs, a.out, executor=executor_from_args(a),
                   retry_errors=a.retry_errors, progress=not a.no_progress)
     err.print(f"{s['ran']} run, {s['skipped']} already done, {s['errors']} errors; "
               f"rows in {_out(a.out) / 'rows.jsonl'}")
