@@ -75,7 +75,8 @@ class RayExecutor:
     def __init__(self, address: str | None = None, *, num_cpus: float = 1.0,
                  max_in_flight: int | None = None, max_retries: int = 0,
                  env_vars: Sequence[str] = (), runtime_env: dict[str, Any] | None = None,
-                 init_options: dict[str, Any] | None = None, fn: RunFn = run_instance):
+                 init_options: dict[str, Any] | None = None, fn: RunFn = run_instance,
+                 on_error: Callable[[dict[str, Any], str], dict[str, Any]] = failed_row):
         if num_cpus <= 0:
             raise ValueError("num_cpus must be positive")
         self.address = address
@@ -85,7 +86,8 @@ class RayExecutor:
         self.env_vars = list(env_vars)
         self.runtime_env = dict(runtime_env or {})
         self.init_options = dict(init_options or {})
-        self.fn = fn
+        self.fn = fn              # any top-level spec -> row function (e.g. an env rollout)
+        self.on_error = on_error  # the row for a task that died outside `fn`
 
     def _runtime_env(self) -> dict[str, Any] | None:
         env = dict(self.runtime_env)
@@ -131,8 +133,8 @@ class RayExecutor:
                         row = ray.get(ref)
                     except Exception as exc:   # the task died, not the method (that's a row)
                         log.warning("ray task for %s failed: %s", spec.get("key"), exc)
-                        row = failed_row(spec, f"ray task failed: {type(exc).__name__}: "
-                                               f"{str(exc)[:1000]}")
+                        row = self.on_error(spec, f"ray task failed: {type(exc).__name__}: "
+                                                  f"{str(exc)[:1000]}")
                     on_row(row)
         except BaseException:
             # Ctrl-C or an on_row failure: finished rows are already on disk; stop the rest
