@@ -137,3 +137,18 @@ def test_executor_from_args() -> None:
     assert isinstance(ex, RayExecutor) and ex.address == "auto"
     assert ex.env_vars == ["OPENAI_API_KEY"]
     assert isinstance(executor_from_args(p.parse_args([])), AsyncioExecutor)
+
+
+def test_cli_bench_run_with_the_ray_executor(local_ray: Any, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from recursa.cli import main
+    args = ["bench", "run", "--task", "sniah", "--lengths", "1k", "--method", "rlm,direct",
+            "-n", "2", "--out", str(tmp_path), "--model", "replay:", "--sandbox", "local",
+            "--client-option", f"responder={RESPONDER}", "--max-iterations", "3",
+            "--no-progress", "--executor", "ray"]
+    assert main(args) == 0
+    rows = load_rows(tmp_path)
+    assert len(rows) == 4 and all(r["score"] == 1.0 for r in rows)
+    assert main(args) == 0   # resume through the CLI: nothing redone
+    assert "0 run, 4 already done" in capsys.readouterr().err
+    assert main(["bench", "report", str(tmp_path), "--no-plots"]) == 0
