@@ -29,14 +29,21 @@ def test_qwen_counts_a_word_in_a_stdlib_file_with_code(tmp_path: Path):
     res = rlm.completion("How many times does the word 'whitespace' occur in context? "
                          "Use Python's str.count and then call FINAL with the number.",
                          context=path)
-    assert res.status == "final", (res.status, res.answer, res.error)
+    # A 0.5B model sometimes computes the count but keeps re-running the cell instead of calling
+    # FINAL; the run then ends at max_iterations and the last no-code turn gives the answer
+    # ("extracted"). Both are real RLM answers; the number must be right either way.
+    assert res.status in ("final", "extracted"), (res.status, res.answer, res.error)
     # the model may answer "59" or "The word ... occurs 59 times": exactly one number, the right one
     assert re.findall(r"\d+", res.answer) == [str(truth)], res.answer
     assert res.usage["root"].usage.input_tokens > 0
     assert res.cost_usd == 0.0
-    from recursa.trace import load
+    from recursa.trace import load, load_events
     run = load(tmp_path / "t.jsonl")
-    assert run.status == "final"
+    assert run.status == res.status
+    # the count came out of code the model wrote and the sandbox ran, not a guess
+    outputs = [e.data.get("output", "") for e in load_events(tmp_path / "t.jsonl")
+               if e.kind == "cell" and e.phase == "end"]
+    assert any(str(truth) in o for o in outputs), outputs
 
 
 def test_qwen_as_sub_model_answers_llm_query(tmp_path: Path):

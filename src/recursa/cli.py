@@ -32,7 +32,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key-env", metavar="NAME",
                    help="environment variable holding the key for --base-url (keys are never "
                         "taken on the command line, where `ps` would show them)")
-    p.add_argument("--sandbox", default="local", choices=["local", "inprocess"],
+    p.add_argument("--sandbox", default="local",
+                   choices=["local", "inprocess", "docker", "modal", "e2b", "daytona"],
                    help="where model-written code runs (default: isolated local worker)")
     p.add_argument("--max-iterations", type=int)
     p.add_argument("--max-depth", type=int)

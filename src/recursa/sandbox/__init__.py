@@ -21,9 +21,14 @@ __all__ = [
 
 
 def make_sandbox(kind: str = "local", **opts: Any) -> Sandbox:
-    """Build a sandbox by name: "local" (subprocess, bwrap when present) or "inprocess"."""
+    """Build a sandbox by name: "local" (subprocess, bwrap when present), "inprocess", or a
+    remote one: "docker", "modal", "e2b", "daytona" (optional extras; see docs/remote.md)."""
     if kind == "local":
         return LocalSandbox(**opts)
     if kind in ("inprocess", "in-process", "in_process"):
         return InProcessSandbox(**opts)
-    raise ValueError(f"unknown sandbox kind {kind!r}; expected 'local' or 'inprocess'")
+    from recursa.sandbox.remote import KINDS, make_remote_sandbox
+    if kind in KINDS:
+        return make_remote_sandbox(kind, **opts)
+    raise ValueError(f"unknown sandbox kind {kind!r}; expected 'local', 'inprocess' or one of "
+                     f"{', '.join(sorted(KINDS))}")
