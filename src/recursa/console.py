@@ -81,14 +81,18 @@ class ConsoleView:
 
     def _render(self) -> Text:
         lim = self.budget
-        cost = _money(self.cost)
-        if lim.get("max_cost_usd") is not None:
-            cost += f" / ${lim['max_cost_usd']:.2f}"
+
+        def of(name: str, fmt: str = "{:,}") -> str:
+            v = lim.get(name)
+            return "" if v is None else " / " + fmt.format(v)
+        cost = _money(self.cost) + of("max_cost_usd", "${:.2f}")
         return Text(
-            f"turn {self.turn}  sub-calls {self.done} done, {self.inflight} running"
+            f"turn {self.turn}{of('max_iterations')}  sub-calls {self.done}{of('max_subcalls')}"
+            f" done, {self.inflight} running"
             + (f", {self.failed} failed" if self.failed else "")
             + (f"  children {self.children}" if self.children else "")
-            + f"  tokens {self.tokens:,}  {cost}  {time.monotonic() - self.t0:.1f}s",
+            + f"  tokens {self.tokens:,}{of('max_tokens')}  {cost}"
+            + f"  {time.monotonic() - self.t0:.1f}s{of('max_seconds', '{:g}s')}",
             style="cyan")
 
     def summary(self) -> str:
@@ -104,12 +108,14 @@ class JsonLinesView:
     """Prints every event as one JSON line (for scripts)."""
 
     def __init__(self, stream: TextIO | None = None):
+        from recursa.trace import Redactor
         self.stream = stream or sys.stderr
         self._lock = threading.Lock()
+        self._redact = Redactor()     # stderr is often captured in logs: no secrets there either
 
     def emit(self, ev: Event) -> None:
         with self._lock:
-            self.stream.write(ev.model_dump_json() + "\n")
+            self.stream.write(self._redact(ev.model_dump_json()) + "\n")
             self.stream.flush()
 
     def close(self) -> None:
