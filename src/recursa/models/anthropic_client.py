@@ -80,6 +80,9 @@ class AnthropicClient:
         self.prices = prices
         self.default_options = dict(default_options or {})
         self._warned: set[str] = set()
+        if http_client is None:   # share one TLS context: see tls.py
+            from .tls import shared_ssl_context
+            http_client = anthropic.DefaultAsyncHttpxClient(verify=shared_ssl_context())
         self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=self.base_url,
                                                 max_retries=0, timeout=timeout,
                                                 http_client=http_client)

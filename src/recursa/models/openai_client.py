@@ -74,6 +74,9 @@ class OpenAIClient:
         self.prices = prices
         self.default_options = dict(default_options or {})
         self._warned: set[str] = set()
+        if http_client is None:   # share one TLS context: see tls.py
+            from .tls import shared_ssl_context
+            http_client = openai.DefaultAsyncHttpxClient(verify=shared_ssl_context())
         self._client = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url,
                                           max_retries=0, timeout=timeout,
                                           default_headers=default_headers,

@@ -6,6 +6,7 @@ unpriced model as free would never stop. Local models (llama.cpp in-process) are
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Mapping
@@ -61,6 +62,7 @@ _SPEC_PREFIXES = frozenset({"openai", "anthropic", "openrouter", "vllm", "local"
 _DATE_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 
 
+@functools.lru_cache(maxsize=1024)   # called on every reservation and settlement
 def normalize_model_name(model: str) -> str:
     """'openrouter:anthropic/claude-sonnet-4.5' -> 'claude-sonnet-4-5';
     'gpt-4o-mini-2024-07-18' -> 'gpt-4o-mini'. Dots become dashes on both sides of the lookup,

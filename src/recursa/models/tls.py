@@ -1,0 +1,22 @@
+"""One TLS context for every client in the process.
+
+Each SDK client otherwise builds its own SSL context and loads the whole CA bundle, 40-60 ms of
+CPU that blocks the event loop; recursa makes clients per run, so that cost was most of a short
+run's overhead. An SSLContext is safe to share between connections and threads.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import ssl
+
+
+@functools.cache
+def shared_ssl_context() -> ssl.SSLContext:
+    cafile = os.environ.get("SSL_CERT_FILE")
+    capath = os.environ.get("SSL_CERT_DIR")
+    if not cafile and not capath:
+        import certifi  # what httpx trusts by default
+        cafile = certifi.where()
+    return ssl.create_default_context(cafile=cafile, capath=capath)
