@@ -6,10 +6,11 @@ ledger, dispatcher, tracer, clients, settings).
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
     st = _State()
     workdir = Path(tempfile.mkdtemp(prefix="recursa-ctx-"))
     sandbox: Sandbox | None = None
+    starting: asyncio.Task[None] | None = None
     try:
         prep = ctx.prepare(context, workdir)
         env.tracer.emit("run", parent=run_ev, depth=depth, context_sha256=prep.payload.sha256,
@@ -77,12 +79,22 @@ async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
                         description=prep.description)
         sandbox = env.make_sandbox()
         node = Node(depth=depth, parent=run_ev, role="sub")
-        await sandbox.start(prep.payload, env.dispatcher.handler(node))
-        env.tracer.emit("run", parent=run_ev, depth=depth, sandbox=sandbox.isolation)
+        # The worker starts while the root model writes its first reply: with a real model the
+        # sandbox's start-up (a process, bubblewrap, the context load) costs no wall time.
+        starting = asyncio.create_task(sandbox.start(prep.payload, env.dispatcher.handler(node)))
+
+        announced: list[bool] = []
+
+        async def ready() -> None:
+            await starting         # a failed start raises here, at the first cell
+            if not announced:
+                announced.append(True)
+                env.tracer.emit("run", parent=run_ev, depth=depth, sandbox=sandbox.isolation)
+
         messages = _first_messages(env, query, prep.description)
         env.tracer.emit("run", parent=run_ev, depth=depth, system=messages[0]["content"],
                         first_user=messages[1]["content"])
-        await _turns(env, st, sandbox, node, messages, query, depth, run_ev)
+        await _turns(env, st, sandbox, ready, node, messages, query, depth, run_ev)
         if st.final is None and not isinstance(st.error, ModelError):
             await _last_turn(env, st, messages, query, depth, run_ev)
     except ContextError as e:
@@ -94,6 +106,9 @@ async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
     except Exception as e:   # an unexpected failure still yields a Result with the spend
         st.error = e
     finally:
+        if starting is not None:   # never leave the start running or its error unretrieved
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
         if sandbox is not None:
             await sandbox.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -108,7 +123,8 @@ async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
     return res
 
 
-async def _turns(env: RunEnv, st: _State, sandbox: Sandbox, node: Node,
+async def _turns(env: RunEnv, st: _State, sandbox: Sandbox,
+                 ready: Callable[[], Awaitable[None]], node: Node,
                  messages: list[Message], query: str, depth: int, run_ev: str) -> None:
     """Model writes code, sandbox runs it, output goes back; until final or a limit."""
     b = env.budget
@@ -141,6 +157,8 @@ async def _turns(env: RunEnv, st: _State, sandbox: Sandbox, node: Node,
         blocks = code_blocks(comp.text)
         outputs: list[str] = []
         failed = 0
+        if blocks:
+            await ready()
         for i, code in enumerate(blocks):
             cell_ev = env.tracer.emit("cell", phase="start", parent=turn_ev, depth=depth,
                                       index=i, code=code)
