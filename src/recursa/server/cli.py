@@ -49,11 +49,16 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return 2
     limits = _limits(a)
     limits.setdefault("max_seconds", DEFAULT_MAX_SECONDS)
+    upstream = os.environ.get(a.api_key_env) if a.api_key_env else None
+    if a.api_key_env and not upstream:
+        err.print(f"[red]error:[/] --api-key-env {a.api_key_env}: that variable is not set")
+        return 2
     try:
         cfg = ServerConfig(model=resolve_model(a), sub_model=a.sub_model, base_url=a.base_url,
                            sub_base_url=a.sub_base_url, sandbox=a.sandbox, limits=limits,
                            concurrency=a.concurrency, max_output_chars=a.max_output_chars,
-                           trace_dir=a.trace_dir, api_key=key, max_runs=a.max_runs,
+                           trace_dir=a.trace_dir, api_key=key, upstream_api_key=upstream,
+                           max_runs=a.max_runs,
                            max_request_bytes=int(a.max_request_mb * 1024 * 1024),
                            served_model=a.served_model_name,
                            allowed_sub_models=list(a.allow_sub_model or []),

@@ -75,6 +75,7 @@ class ServerConfig:
     max_output_chars: int = 8192
     trace_dir: str | None = None
     api_key: str | None = None
+    upstream_api_key: str | None = None          # for --base-url endpoints (--api-key-env)
     max_runs: int = 4                            # runs at once; more get 429
     max_request_bytes: int = 16 * 1024 * 1024
     served_model: str = "recursa"
@@ -90,6 +91,7 @@ class ServerConfig:
 def default_rlm_factory(config: ServerConfig, spec: RunSpec) -> RLM:
     return RLM(model=config.model, sub_model=spec.sub_model or config.sub_model,
                base_url=config.base_url, sub_base_url=config.sub_base_url,
+               api_key=config.upstream_api_key,
                sandbox=config.sandbox, concurrency=config.concurrency,
                max_output_chars=config.max_output_chars, trace_dir=config.trace_dir,
                on_event=spec.on_event, **config.limits)
