@@ -132,10 +132,20 @@ def _plt() -> Any:
     return plt
 
 
+def _legend_below(fig: Any, axes: Any) -> None:
+    handles: dict[str, Any] = {}
+    for ax in axes[0]:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    fig.legend(list(handles.values()), list(handles), loc="lower center",
+               ncol=min(len(handles), 6), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+
+
 def plot_score_vs_length(cells: list[Cell], path: Path) -> Path:
     plt = _plt()
     tasks = sorted({c.task for c in cells})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False,
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.4 * len(tasks), 4.0), squeeze=False,
                              sharey=True)
     methods = sorted({c.method for c in cells})
     for ax, task in zip(axes[0], tasks, strict=True):
@@ -158,8 +168,7 @@ def plot_score_vs_length(cells: list[Cell], path: Path) -> Path:
         ax.set_xlabel("input length (tokens)")
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("score (mean, 95% CI)")
-    axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
+    _legend_below(fig, axes)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
@@ -170,7 +179,7 @@ def plot_cost_vs_score(cells: list[Cell], path: Path) -> Path:
     per_len = [c for c in cells if c.length is not None]
     use_usd = any(c.cost for c in per_len)
     tasks = sorted({c.task for c in per_len})
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.6), squeeze=False,
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.4 * len(tasks), 4.0), squeeze=False,
                              sharey=True)
     markers = "osD^vP*X"
     methods = sorted({c.method for c in per_len})
@@ -185,15 +194,21 @@ def plot_cost_vs_score(cells: list[Cell], path: Path) -> Path:
             for x, c in zip(xs, pts, strict=True):
                 ax.annotate(format_length(c.length or 0), (x, c.mean), fontsize=7,
                             xytext=(3, 3), textcoords="offset points")
-        ax.set_xscale("log" if not use_usd else "linear")
+        if not use_usd:
+            from matplotlib.ticker import FuncFormatter, NullFormatter
+            ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_title(task)
         ax.set_xlabel("mean cost per instance (USD)" if use_usd
-                      else "mean tokens per instance (root + sub); all costs are $0/unknown")
+                      else "mean tokens per instance (root + sub)")
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("score (mean)")
-    axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
+    if not use_usd:
+        fig.suptitle("every run cost $0 or an unknown amount: tokens stand in for cost",
+                     fontsize=9)
+    _legend_below(fig, axes)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
