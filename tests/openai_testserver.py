@@ -284,6 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
         fault = self.srv._record(body, headers)
         if self.srv._wait(self.srv.latency):
             return self._drop()
+        self._message = None      # handlers live as long as a keep-alive connection
         if fault is None:
             try:
                 out = self.srv.responder(body)
@@ -292,6 +293,9 @@ class _Handler(BaseHTTPRequestHandler):
             if isinstance(out, Fault):
                 fault = out
                 text = ""
+            elif isinstance(out, dict):   # a whole assistant message, e.g. with tool_calls
+                self._message = {"role": "assistant", **out}
+                text = str(out.get("content") or "")
             else:
                 text = str(out)
         else:
@@ -353,9 +357,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _openai_reply(self, body: dict[str, Any], content: str | None, fault: Fault | None) -> None:
         model = self.srv.model or body.get("model", "test-model")
         pt, ct = self._usage(body, content or "")
+        message = getattr(self, "_message", None) or {"role": "assistant", "content": content}
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
         choices = [] if (fault and fault.kind == "no_choices") else [{
-            "index": 0, "finish_reason": "stop", "logprobs": None,
-            "message": {"role": "assistant", "content": content}}]
+            "index": 0, "finish_reason": finish, "logprobs": None, "message": message}]
         usage: dict[str, Any] = {"prompt_tokens": pt, "completion_tokens": ct,
                                  "total_tokens": pt + ct}
         if self.srv.cached_tokens:

@@ -38,12 +38,15 @@ class OpenAIClient:
     malformed bodies, up to `max_retries` times, exponential backoff with full jitter, honouring
     `Retry-After`. A reply without text is retried once, then raises ModelError("... returned no
     text"). Other 4xx raise ModelError at once. `latency_s` is the wall time of the whole call,
-    retries included.
+    retries included. Native tool calling: `tools=[...]` passes through, and a reply that only
+    calls tools is returned with empty text (its calls are in `raw`).
 
     API key: `api_key=`, else OPENAI_API_KEY, but only for api.openai.com: an explicit
     `base_url` elsewhere gets "EMPTY" unless a key is passed, so the OpenAI key is not sent to
     whatever server the URL names. OPENAI_BASE_URL is not read; pass `base_url=`.
     """
+
+    supports_tools = True
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  name: str | None = None, provider: str = "openai", max_retries: int = 4,
@@ -106,6 +109,11 @@ class OpenAIClient:
         stop = opts.pop("stop", None)
         if stop:
             kw["stop"] = stop
+        tools = opts.pop("tools", None)
+        if tools:   # native tool calling (recursa.tools runs the loop)
+            kw["tools"] = tools
+            if "tool_choice" in opts:
+                kw["tool_choice"] = opts.pop("tool_choice")
         extra_body = opts.pop("extra_body", None)
         if extra_body:
             kw["extra_body"] = extra_body
@@ -128,9 +136,11 @@ class OpenAIClient:
             except Exception as e:
                 raise model_error_from_sdk(e, openai, where=self._where) from e
 
+        wants_tools = "tools" in kw
+
         async def attempt_with_text() -> tuple[Any, str]:
             resp = await attempt()
-            return resp, self._text(resp)
+            return resp, self._text(resp, tool_calls_ok=wants_tools)
 
         resp, text = await with_retries(attempt_with_text, self.policy, self.stats,
                                         what=self.name)
@@ -139,7 +149,7 @@ class OpenAIClient:
                           model=getattr(resp, "model", None) or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)
 
-    def _text(self, resp: Any) -> str:
+    def _text(self, resp: Any, *, tool_calls_ok: bool = False) -> str:
         if not isinstance(resp, openai.BaseModel) and isinstance(resp, str | bytes):
             # Some servers answer 200 with a non-JSON body; the SDK then hands back the text.
             raise ModelError(f"{self._where}: malformed response (not JSON): {resp[:200]!r}",
@@ -149,6 +159,8 @@ class OpenAIClient:
             raise EmptyResponseError(f"{self._where} returned no text (no choices)")
         choice = choices[0]
         content = getattr(choice.message, "content", None) if choice.message else None
+        if tool_calls_ok and choice.message and getattr(choice.message, "tool_calls", None):
+            return content or ""      # a reply that only calls tools has no text, rightly
         if not content or not content.strip():
             why = f"finish_reason={choice.finish_reason}"
             if choice.finish_reason == "length":
