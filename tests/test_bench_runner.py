@@ -36,7 +36,7 @@ RESPONDER = "test_bench_methods:sniah_model"     # plays every method's part on 
 ROW_FIELDS = {"key", "task", "length", "seed", "method", "model", "score", "answer", "gold",
               "status", "error", "cost_usd", "root_input_tokens", "root_output_tokens",
               "sub_input_tokens", "sub_output_tokens", "tokens", "turns", "subcalls", "wall_s",
-              "trace_path", "metrics", "limit"}
+              "trace_path", "metrics", "limit", "code_version"}
 
 
 def configs(*methods: str, **kw: Any) -> list[MethodConfig]:

@@ -17,10 +17,12 @@ A torn last line (the process was killed mid-write) is cut off when the file is 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import platform
 import re
+import subprocess
 import threading
 import time
 import traceback
@@ -77,6 +79,22 @@ def make_specs(tasks: Iterable[str], lengths: Iterable[int], seeds: Iterable[int
                                   "task_options": dict(task_options or {}),
                                   "key": row_key(task, length, seed, cfg.label, cfg.model)})
     return specs
+
+
+@functools.cache
+def code_version() -> str:
+    """recursa's version, plus `git describe --always --dirty` when run from a checkout, so a
+    row says which code produced it (runs of one results file may span commits)."""
+    from recursa.trace import _library_version
+    version = _library_version()
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                             text=True, timeout=5, cwd=Path(__file__).resolve().parent)
+        if out.returncode == 0 and out.stdout.strip():
+            return f"{version}+{out.stdout.strip()}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return version
 
 
 def _trace_name(key: str) -> str:
@@ -143,7 +161,7 @@ async def arun_instance(spec: dict[str, Any]) -> dict[str, Any]:
         "tokens": root_in + root_out + sub_in + sub_out,
         "turns": res.turns, "subcalls": res.subcalls, "wall_s": round(time.monotonic() - t0, 3),
         "trace_path": trace_path, "started_at": started, "finished_at": time.time(),
-        "host": platform.node(),
+        "host": platform.node(), "code_version": code_version(),
     })
     return row
 
