@@ -13,6 +13,7 @@ import datetime as dt
 import random
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ..corpora import Corpus, CorpusUnavailable, get_corpus, load_wiki
 from .base import CHARS_PER_TOKEN
@@ -60,6 +61,12 @@ class RecordSet:
 
     def text(self) -> str:
         return self.header + "\n".join(self.lines)
+
+    def meta(self) -> dict[str, Any]:
+        """What a scorer or a test needs to recompute any answer over these records."""
+        return {"label_space": list(self.label_space), "label_kind": self.label_kind,
+                "labels": self.labels, "users": self.users, "dates": self.dates,
+                "corpus": self.corpus, "n_records": len(self.lines)}
 
 
 def _first_sentences(text: str, max_chars: int) -> str:
