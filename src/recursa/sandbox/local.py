@@ -13,16 +13,30 @@ What is enforced (all configurable):
     worker and the context (read-only, at /recursa/), the workspace (at /workspace) and a
     size-capped tmpfs /tmp are visible. It dies with its parent.
 
+Pre-started workers ("spares", `prewarm`): starting bubblewrap and a bare interpreter and
+importing the worker's modules costs about 100 ms. So a process-wide pool keeps `prewarm`
+(default 1, env RECURSA_PREWARM; 0 disables) started workers per configuration, spawned with
+plain `subprocess.Popen` from one long-lived thread (they are not tied to any event loop), and
+`start()` adopts one into the current loop; the next spare is started in the background. A
+spare is started before its context is known, so every worker (spare or not) is started the
+same way: the context is bound as a private, read-only directory (/recursa/ctx) into which
+`start()` hard-links (or copies) the payload file, and the worker first waits for `init`,
+opens that file, and only then drops its uid and serves cells (`--late-context`); nothing but
+`init` is accepted before the drop. A spare is used once; one that died or is older than
+RECURSA_PREWARM_MAX_AGE seconds (600) is discarded and replaced; all are killed at interpreter
+exit, and die with the host anyway (bwrap --die-with-parent / PR_SET_PDEATHSIG).
+
 Processes: RLIMIT_NPROC is counted per *user id* and root is exempt from it, so it only means
 something when the worker runs as its own uid. When the host runs as root under bubblewrap,
-the worker therefore drops to a random unprivileged uid (200000-265535) after opening the
-context, and the limit applies to that uid alone. Otherwise the process limit is not applied
+the worker therefore drops to a random unprivileged uid (200000-265535, one per worker) after
+opening the context, and the limit applies to that uid alone. Otherwise the process limit is not applied
 (it would count every process of the host user) and `isolation` says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import logging
@@ -32,17 +46,26 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from recursa.sandbox.session import WorkerSession
-from recursa.sandbox.transport import SubprocessTransport
+from recursa.sandbox.transport import (
+    AdoptedTransport,
+    SubprocessTransport,
+    close_popen_pipes,
+    kill_tree,
+)
 from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
 
 log = logging.getLogger("recursa.sandbox")
 
 WORKER_PATH = Path(__file__).with_name("worker.py")
 _IN = "/recursa"  # where the sandbox sees our files under bwrap
+_CTX_DIR = f"{_IN}/ctx"  # the worker's private context directory, read-only
 _warned_no_bwrap = False
 _bwrap_ok: dict[str, bool] = {}
 
@@ -74,12 +97,379 @@ def _bwrap_works(bwrap: str) -> bool:
     return _bwrap_ok[bwrap]
 
 
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+# ------------------------------------------------------------------ worker command lines
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What a worker's command line depends on, apart from its own directories and uid.
+
+    Two sandboxes with equal configs get interchangeable workers, so this is the key of the
+    pool of spares."""
+
+    mode: str                       # "bwrap" | "limits"
+    python: str
+    bwrap: str | None
+    limits: tuple[tuple[str, int], ...]
+    tmp_mb: int
+    drop_uid: bool                  # bwrap as root: each worker gets its own uid
+    worker: str = str(WORKER_PATH)
+
+    def new_worker(self) -> WorkerSpec:
+        """Make a worker's private directories (and uid) and its command line."""
+        spec = WorkerSpec(workspace=tempfile.mkdtemp(prefix="recursa-ws-"))
+        try:
+            if self.drop_uid:
+                spec.uid = random.randint(200000, 265535)
+                os.chown(spec.workspace, spec.uid, spec.uid)
+            if self.mode == "bwrap":
+                spec.ctxdir = tempfile.mkdtemp(prefix="recursa-wctx-")
+            spec.argv, spec.env, spec.cwd = self._command(spec)
+        except BaseException:
+            spec.cleanup()
+            raise
+        return spec
+
+    def _command(self, spec: WorkerSpec) -> tuple[list[str], dict[str, str], str]:
+        env = {"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
+               "PYTHONUNBUFFERED": "1"}
+        tail = ["--limits", json.dumps(dict(self.limits)), "--late-context"]
+        if self.mode == "limits":
+            env.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=spec.workspace,
+                       TMPDIR=spec.workspace)
+            return [self.python, "-I", "-S", self.worker, *tail], env, spec.workspace
+
+        assert self.bwrap is not None and spec.ctxdir is not None
+        prefix = os.path.realpath(sys.base_prefix)
+        python = self.python
+        relocate = not prefix.startswith("/usr/")
+        if relocate:  # show the interpreter at a neutral path so nothing of /root etc. leaks
+            if not python.startswith(prefix + "/"):
+                raise SandboxError(f"interpreter {python} is not inside {prefix}")
+            python = f"{_IN}/python" + python[len(prefix):]
+        env.update(PATH=f"{_IN}/python/bin:/usr/bin:/bin", HOME="/workspace", TMPDIR="/tmp")
+        if relocate:
+            env["LD_LIBRARY_PATH"] = f"{_IN}/python/lib"  # for --enable-shared builds
+
+        a = [self.bwrap, "--die-with-parent", "--new-session", "--clearenv"]
+        if spec.uid is not None:
+            # Privileged bwrap without a user namespace, so the worker can setuid() itself to
+            # its own uid (CAP_SETUID is then dropped by the kernel).
+            a += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+                  "--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        else:
+            a += ["--unshare-all"]
+        a += ["--ro-bind", "/usr", "/usr"]
+        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+            if os.path.islink(top):
+                a += ["--symlink", os.readlink(top), top]
+            elif os.path.isdir(top):
+                a += ["--ro-bind", top, top]
+        for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
+            a += ["--ro-bind-try", f, f]
+        a += ["--perms", "0755", "--dir", _IN]
+        if relocate:
+            a += ["--ro-bind", prefix, f"{_IN}/python"]
+        # The context directory is empty until start() links the payload file into it: a
+        # directory bind shows files added later, a file bind could not be re-pointed.
+        a += ["--ro-bind", self.worker, f"{_IN}/worker.py",
+              "--ro-bind", spec.ctxdir, _CTX_DIR,
+              "--bind", spec.workspace, "/workspace",
+              "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
+              "--proc", "/proc", "--dev", "/dev", "--chdir", "/workspace",
+              # the root tmpfs (/recursa and the mount points) read-only: outside /workspace
+              # and /tmp nothing is writable even without a uid drop (user namespace)
+              "--remount-ro", "/"]
+        for k, v in env.items():
+            a += ["--setenv", k, v]
+        a += ["--", python, "-I", "-S", f"{_IN}/worker.py", *tail]
+        if spec.uid is not None:
+            a += ["--uid", str(spec.uid), "--gid", str(spec.uid)]
+        return a, {}, spec.workspace
+
+
+@dataclass
+class WorkerSpec:
+    """One worker's private directories, uid and command line (owned by one sandbox, or by
+    the pool while it is a spare)."""
+
+    workspace: str
+    ctxdir: str | None = None       # host dir bound read-only at /recursa/ctx (bwrap)
+    uid: int | None = None
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+    def place_context(self, path: str) -> str:
+        """Make the payload file visible to the worker; return its path as the worker sees it.
+        Hard link when on the same filesystem (instant), else copy."""
+        if self.ctxdir is None:
+            return path
+        dest = os.path.join(self.ctxdir, "context")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(dest)
+        try:
+            os.link(path, dest)
+        except OSError:
+            shutil.copyfile(path, dest)
+        return f"{_CTX_DIR}/context"
+
+    @property
+    def marker(self) -> str | None:
+        """A string only this worker's bwrap processes have in their command line."""
+        return self.ctxdir
+
+    def linkable(self, path: str) -> bool:
+        if self.ctxdir is None:
+            return True
+        try:
+            return os.stat(path).st_dev == os.stat(self.ctxdir).st_dev
+        except OSError:
+            return False
+
+    def cleanup(self) -> None:
+        for d in (self.workspace, self.ctxdir):
+            if d:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def _spawn(spec: WorkerSpec) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(spec.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0, env=spec.env, cwd=spec.cwd,
+                            start_new_session=True)
+
+
+def _kill_now(spare: Spare) -> None:
+    """SIGKILL a spare and everything under it (no waiting)."""
+    kill_tree(spare.proc.pid, alive=spare.proc.poll() is None, marker=spare.spec.marker)
+
+
+# ------------------------------------------------------------------ the pool of spares
+@dataclass
+class Spare:
+    config: WorkerConfig
+    spec: WorkerSpec
+    proc: subprocess.Popen[bytes]
+    born: float = field(default_factory=time.monotonic)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+class SparePool:
+    """Process-wide: up to `n` started, unused workers per `WorkerConfig`.
+
+    Spares are spawned by one daemon thread that lives as long as the process, because the
+    parent-death signal bwrap and the worker set fires when the *thread* that forked them
+    ends. Spares are therefore not tied to any event loop; a sandbox adopts one into its loop.
+    """
+
+    MAX_CONFIGS = 4   # configs that keep spares; the least recently used beyond are dropped
+
+    def __init__(self, max_age: float | None = None):
+        self.max_age = float(max_age if max_age is not None else
+                             _env_int("RECURSA_PREWARM_MAX_AGE", 600))
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._spares: dict[WorkerConfig, list[Spare]] = {}
+        self._want: dict[WorkerConfig, int] = {}       # target number of spares
+        self._used: dict[WorkerConfig, float] = {}     # last take(), for the LRU bound
+        self._spawning: dict[WorkerConfig, int] = {}
+        self._trash: list[Spare] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._pid = os.getpid()
+        self.spawned = 0
+        self.taken = 0
+
+    # -- used by sandboxes (any thread, any loop)
+    def take(self, config: WorkerConfig, n: int) -> Spare | None:
+        """A live spare for `config` (or None), and keep `n` of them ready from now on."""
+        with self._cond:
+            if self._closed or self._pid != os.getpid():
+                return None
+            now = time.monotonic()
+            lst = self._spares.setdefault(config, [])
+            got = None
+            while lst:
+                s = lst.pop(0)
+                if s.alive() and now - s.born < self.max_age:
+                    got = s
+                    break
+                self._trash.append(s)
+            while len(lst) > n:
+                self._trash.append(lst.pop())
+            self._want[config] = n
+            self._used[config] = now
+            for old in sorted(self._used, key=self._used.__getitem__)[:-self.MAX_CONFIGS]:
+                self._forget(old)
+            if got is not None:
+                self.taken += 1
+            self._wake()
+        return got
+
+    def discard(self, spare: Spare) -> None:
+        """Kill an unused spare (in the background) and remove its directories."""
+        _kill_now(spare)
+        with self._cond:
+            self._trash.append(spare)
+            self._wake()
+
+    def shutdown(self) -> None:
+        """Kill every spare and stop refilling (at interpreter exit)."""
+        with self._cond:
+            if self._pid != os.getpid():
+                return
+            self._closed = True
+            victims = [s for lst in self._spares.values() for s in lst] + self._trash
+            self._spares.clear()
+            self._trash = []
+            self._want.clear()
+            self._cond.notify_all()
+        for s in victims:
+            _kill_now(s)
+        for s in victims:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                s.proc.wait(2)
+            close_popen_pipes(s.proc)
+            s.spec.cleanup()
+
+    def pids(self, config: WorkerConfig | None = None) -> list[int]:
+        """Pids of the spares now in the pool (for tests and diagnostics)."""
+        with self._cond:
+            return [s.proc.pid for k, lst in self._spares.items() for s in lst
+                    if config in (None, k)]
+
+    def count(self, config: WorkerConfig | None = None) -> int:
+        with self._cond:
+            return sum(len(v) for k, v in self._spares.items() if config in (None, k))
+
+    def wait_ready(self, config: WorkerConfig, n: int = 1, timeout: float = 30.0) -> bool:
+        """Block until `n` spares for `config` exist (tests, benchmarks)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._spares.get(config, [])) < n:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+        return True
+
+    # -- internals (called with the lock held unless noted)
+    def _forget(self, config: WorkerConfig) -> None:
+        self._trash.extend(self._spares.pop(config, []))
+        self._want.pop(config, None)
+        self._used.pop(config, None)
+
+    def _wake(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="recursa-prewarm",
+                                            daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
+
+    def _next_job(self) -> Any:
+        if self._closed:
+            return None
+        now = time.monotonic()
+        for lst in self._spares.values():
+            for s in list(lst):
+                if not s.alive() or now - s.born >= self.max_age:
+                    lst.remove(s)
+                    self._trash.append(s)
+        if self._trash:
+            trash, self._trash = self._trash, []
+            return lambda: self._dispose(trash)
+        for config, n in self._want.items():
+            have = len(self._spares.get(config, [])) + self._spawning.get(config, 0)
+            if have < n:
+                self._spawning[config] = self._spawning.get(config, 0) + 1
+                return lambda: self._spawn_one(config)
+        return None
+
+    def _idle_wait(self) -> float | None:
+        borns = [s.born for lst in self._spares.values() for s in lst]
+        if not borns:
+            return None
+        return max(0.05, min(borns) + self.max_age - time.monotonic())
+
+    def _serve(self) -> None:
+        while True:
+            with self._cond:
+                job = self._next_job()
+                while job is None:
+                    self._cond.wait(self._idle_wait())
+                    job = self._next_job()
+            try:
+                job()
+            except Exception:  # never let the thread die: its end would kill the spares
+                log.exception("recursa prewarm: unexpected error")
+
+    def _dispose(self, spares: list[Spare]) -> None:   # spawner thread, lock not held
+        for s in spares:
+            _kill_now(s)
+        for s in spares:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                s.proc.wait(5)
+            close_popen_pipes(s.proc)
+            s.spec.cleanup()
+
+    def _spawn_one(self, config: WorkerConfig) -> None:   # spawner thread, lock not held
+        spec = proc = None
+        try:
+            spec = config.new_worker()
+            proc = _spawn(spec)
+        except Exception as exc:
+            log.warning("recursa prewarm: could not start a spare worker: %s", exc)
+            if spec is not None:
+                spec.cleanup()
+            with self._cond:
+                self._spawning[config] -= 1
+                self._want.pop(config, None)   # do not retry in a loop; the next take() will
+            return
+        spare = Spare(config, spec, proc)
+        with self._cond:
+            self._spawning[config] -= 1
+            keep = (not self._closed and self._pid == os.getpid() and config in self._want
+                    and len(self._spares.get(config, [])) < self._want[config])
+            if keep:
+                self._spares.setdefault(config, []).append(spare)
+                self.spawned += 1
+                self._cond.notify_all()
+        if not keep:
+            self._dispose([spare])
+
+    def _after_fork_in_child(self) -> None:
+        # The spares belong to the parent: drop our copies of their pipes, keep nothing.
+        for lst in self._spares.values():
+            for s in lst:
+                close_popen_pipes(s.proc)
+        self._reset()
+
+
+POOL = SparePool()
+atexit.register(POOL.shutdown)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=POOL._after_fork_in_child)
+
+
+# ------------------------------------------------------------------ the sandbox
 class LocalSandbox:
     """A persistent REPL in a local subprocess; see the module docstring for what is isolated.
 
     isolation: "auto" (bubblewrap when usable, else limits only), "bwrap" (required) or
     "limits" (rlimits and a clean env only). After construction the attribute `isolation`
-    holds a human-readable description of what is actually in force.
+    holds a human-readable description of what is actually in force (after `start()`, with the
+    worker's own uid).
+    prewarm: how many started spare workers of this configuration to keep ready in the
+    process-wide pool (default: env RECURSA_PREWARM, else 1; 0 starts every worker on demand).
     """
 
     def __init__(self, *, isolation: Literal["auto", "bwrap", "limits"] = "auto",
@@ -88,7 +478,7 @@ class LocalSandbox:
                  tmp_mb: int = 256, disk_mb: int | None = 4096,
                  python: str | None = None, bwrap: str | None = None,
                  drop_uid: bool = True, interrupt_grace: float = 2.0,
-                 start_timeout: float = 60.0):
+                 start_timeout: float = 60.0, prewarm: int | None = None):
         if isolation not in ("auto", "bwrap", "limits"):
             raise ValueError(f"isolation must be auto, bwrap or limits, not {isolation!r}")
         self.memory_mb = memory_mb
@@ -101,6 +491,7 @@ class LocalSandbox:
         self.python = python or base_python()
         self.interrupt_grace = interrupt_grace
         self.start_timeout = start_timeout
+        self.prewarm = max(0, prewarm if prewarm is not None else _env_int("RECURSA_PREWARM", 1))
         bw = bwrap or find_bwrap()
         if isolation == "limits":
             self.mode = "limits"
@@ -117,11 +508,16 @@ class LocalSandbox:
                             "resource limits and a clean environment only; model code can read "
                             "your files and use the network")
         self.bwrap = bw
-        self.uid: int | None = None
-        if self.mode == "bwrap" and drop_uid and os.geteuid() == 0:
-            self.uid = random.randint(200000, 265535)
+        self.drop_uid = self.mode == "bwrap" and drop_uid and os.geteuid() == 0
+        self.uid: int | None = None      # the current worker's own uid (set by start())
+        self.config = WorkerConfig(
+            mode=self.mode, python=self.python, bwrap=bw if self.mode == "bwrap" else None,
+            limits=tuple(sorted(self._limits().items())), tmp_mb=self.tmp_mb,
+            drop_uid=self.drop_uid)
         self.isolation = self._describe()
         self.workspace: str | None = None
+        self.prewarmed = False          # whether start() adopted a pre-started worker
+        self._spec: WorkerSpec | None = None
         self._session: WorkerSession | None = None
         self._closed = False
 
@@ -133,33 +529,73 @@ class LocalSandbox:
             lim.append(f"cpu {self.cpu_seconds} s")
         if self.file_size_mb:
             lim.append(f"file size {self.file_size_mb} MB")
-        if self.max_processes and self.uid is not None:
+        if self.max_processes and self.drop_uid:
             lim.append(f"processes {self.max_processes}")
         if self.disk_mb:
             lim.append(f"workspace {self.disk_mb} MB")
         limits = ", ".join(lim) or "none"
         if self.mode == "bwrap":
-            who = f"uid {self.uid}" if self.uid is not None else "host uid"
+            if not self.drop_uid:
+                who = "host uid"
+            elif self.uid is not None:
+                who = f"uid {self.uid}"
+            else:
+                who = "own unprivileged uid"
             return (f"bubblewrap (no network, private fs, {who}; limits: {limits})")
         return f"limits only, no bubblewrap (not isolated from files or network; limits: {limits})"
 
     # ------------------------------------------------------------ Sandbox protocol
     async def start(self, payload: ContextPayload, handler: CallHandler) -> None:
-        if self._session is not None:
+        if self._session is not None or self._spec is not None:
             raise SandboxError("the sandbox was already started")
         if not os.path.isfile(payload.path):
             raise SandboxError(f"context file not found: {payload.path}")
-        self.workspace = tempfile.mkdtemp(prefix="recursa-ws-")
-        if self.uid is not None:
-            os.chown(self.workspace, self.uid, self.uid)
-        argv, env, cwd, ctx_path = self._command(os.path.realpath(payload.path))
+        spare = POOL.take(self.config, self.prewarm) if self.prewarm > 0 else None
+        adopt: list[AdoptedTransport] = []
+        try:
+            if spare is not None:
+                spec = spare.spec
+                adopt.append(AdoptedTransport(spare.proc, marker=spec.marker))
+                self.prewarmed = True
+            else:
+                spec = self.config.new_worker()
+            self._spec = spec
+            self.workspace = spec.workspace
+            self.uid = spec.uid
+            self.isolation = self._describe()
+            src = os.path.realpath(payload.path)
+            if spec.linkable(src):
+                ctx_path = spec.place_context(src)
+            else:   # a copy of a large file must not block the loop
+                ctx_path = await asyncio.to_thread(spec.place_context, src)
+        except BaseException:
+            if spare is not None:
+                POOL.discard(spare)
+            await self.close()
+            raise
+
+        def transport() -> AdoptedTransport | SubprocessTransport:
+            if adopt:
+                return adopt.pop()
+            return SubprocessTransport(spec.argv, env=spec.env, cwd=spec.cwd,
+                                       marker=spec.marker)
+
         self._session = WorkerSession(
-            lambda: SubprocessTransport(argv, env=env, cwd=cwd),
-            context_path=ctx_path, kind=payload.kind, handler=handler,
+            transport, context_path=ctx_path, kind=payload.kind, handler=handler,
             start_timeout=self.start_timeout, interrupt_grace=self.interrupt_grace)
         try:
-            await self._session.start()
+            try:
+                await self._session.start()
+            except SandboxError as exc:
+                if spare is None or self._session.start_failure != "died":
+                    raise
+                # The spare died before it could be used: start a fresh one instead.
+                log.info("recursa: a pre-started worker was dead (%s); starting a new one", exc)
+                self.prewarmed = False
+                await self._session.start()
         except BaseException:
+            if adopt:   # cancelled before the session took the spare
+                POOL.discard(spare)  # type: ignore[arg-type]
             await self.close()
             raise
 
@@ -216,8 +652,8 @@ class LocalSandbox:
             if session is not None:
                 await asyncio.shield(session.close())
         finally:
-            if self.workspace:
-                shutil.rmtree(self.workspace, ignore_errors=True)
+            if self._spec is not None:
+                self._spec.cleanup()
 
     async def __aenter__(self) -> LocalSandbox:
         return self
@@ -240,63 +676,9 @@ class LocalSandbox:
             lim["cpu"] = self.cpu_seconds
         if self.file_size_mb:
             lim["fsize"] = self.file_size_mb * mb
-        if self.max_processes and self.uid is not None:
+        if self.max_processes and self.drop_uid:
             lim["nproc"] = self.max_processes
         return lim
-
-    def _command(self, context: str) -> tuple[list[str], dict[str, str], str, str]:
-        assert self.workspace is not None
-        env = {"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
-               "PYTHONUNBUFFERED": "1"}
-        limits = ["--limits", json.dumps(self._limits())]
-        if self.mode == "limits":
-            env.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=self.workspace,
-                       TMPDIR=self.workspace)
-            argv = [self.python, "-I", "-S", str(WORKER_PATH), *limits]
-            return argv, env, self.workspace, context
-
-        assert self.bwrap is not None
-        prefix = os.path.realpath(sys.base_prefix)
-        python = self.python
-        relocate = not prefix.startswith("/usr/")
-        if relocate:  # show the interpreter at a neutral path so nothing of /root etc. leaks
-            if not python.startswith(prefix + "/"):
-                raise SandboxError(f"interpreter {python} is not inside {prefix}")
-            python = f"{_IN}/python" + python[len(prefix):]
-        env.update(PATH=f"{_IN}/python/bin:/usr/bin:/bin", HOME="/workspace", TMPDIR="/tmp")
-        if relocate:
-            env["LD_LIBRARY_PATH"] = f"{_IN}/python/lib"  # for --enable-shared builds
-
-        a = [self.bwrap, "--die-with-parent", "--new-session", "--clearenv"]
-        if self.uid is not None:
-            # Privileged bwrap without a user namespace, so the worker can setuid() itself to
-            # its own uid (CAP_SETUID is then dropped by the kernel).
-            a += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-                  "--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        else:
-            a += ["--unshare-all"]
-        a += ["--ro-bind", "/usr", "/usr"]
-        for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
-            if os.path.islink(top):
-                a += ["--symlink", os.readlink(top), top]
-            elif os.path.isdir(top):
-                a += ["--ro-bind", top, top]
-        for f in ("/etc/ld.so.cache", "/etc/localtime", "/etc/nsswitch.conf"):
-            a += ["--ro-bind-try", f, f]
-        a += ["--perms", "0755", "--dir", _IN]
-        if relocate:
-            a += ["--ro-bind", prefix, f"{_IN}/python"]
-        a += ["--ro-bind", str(WORKER_PATH), f"{_IN}/worker.py",
-              "--ro-bind", context, f"{_IN}/context",
-              "--bind", self.workspace, "/workspace",
-              "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
-              "--proc", "/proc", "--dev", "/dev", "--chdir", "/workspace"]
-        for k, v in env.items():
-            a += ["--setenv", k, v]
-        a += ["--", python, "-I", "-S", f"{_IN}/worker.py", *limits]
-        if self.uid is not None:
-            a += ["--preopen", f"{_IN}/context", "--uid", str(self.uid), "--gid", str(self.uid)]
-        return a, {}, self.workspace, f"{_IN}/context"
 
 
 def disk_usage(root: str, *, limit: int, max_entries: int = 200_000) -> int | None:

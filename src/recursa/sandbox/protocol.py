@@ -7,7 +7,10 @@ followed by that many bytes of UTF-8 JSON encoding one object with a ``type`` ke
 host -> worker
   init       {context_path: str|null, kind: "text"|"json"}
              Load the context once into the REPL as ``context``. Answered by ``ready``
-             {load_s, python, pid, protocol} or ``init_error`` {error}.
+             {load_s, python, pid, protocol} or ``init_error`` {error}. A worker started
+             with ``--late-context`` (pre-started before its context was known) accepts
+             nothing before ``init``: it opens ``context_path``, then drops its uid; any other
+             first message gets ``init_error`` and the worker exits.
   exec       {id: str, code: str, max_output_chars: int}
              Run one cell in the persistent globals. Answered by ``done`` (below). The host
              sends at most one ``exec`` at a time.

@@ -71,6 +71,9 @@ class WorkerSession:
         self.variables: list[str] = []
         self.restarts = 0
         self.start_s = 0.0                # time the last (re)start took, incl. context load
+        # why the last start() failed: "oserror" (could not start), "died" (the worker ended or
+        # closed the stream before it was ready), "timeout", "init_error" (context not loaded)
+        self.start_failure: str | None = None
         self.info: dict[str, Any] = {}
 
     # ------------------------------------------------------------ lifecycle
@@ -80,9 +83,12 @@ class WorkerSession:
         self._transport = transport
         self._events = asyncio.Queue()
         self._outstanding = 0
+        self.start_failure = None
         try:
             await transport.start()
         except OSError as exc:
+            self.start_failure = "oserror"
+            await self._kill()
             raise SandboxError(f"could not start the sandbox worker: {exc}") from exc
         self._reader = asyncio.create_task(self._read_loop(transport, self._events))
         try:
@@ -90,10 +96,12 @@ class WorkerSession:
                               "kind": self._kind})
             msg = await asyncio.wait_for(self._next_message(), self._start_timeout)
         except (TimeoutError, _WorkerDied, ConnectionError) as exc:
+            self.start_failure = "timeout" if isinstance(exc, TimeoutError) else "died"
             why = transport.diagnostics()
             await self._kill()
             raise SandboxError(f"the sandbox worker did not start ({exc or why}): {why}") from None
         if msg.get("type") != "ready":
+            self.start_failure = "init_error"
             await self._kill()
             raise SandboxError(f"the sandbox worker could not load the context: "
                                f"{msg.get('error', msg)}")

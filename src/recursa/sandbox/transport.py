@@ -3,7 +3,9 @@
 `WorkerSession` only needs a way to start a worker, move bytes both ways and kill it, so a
 remote sandbox (``docker run -i``, a Modal sandbox's stdio, ...) plugs in by providing another
 `Transport`. `SubprocessTransport` covers anything started as a local command, including
-``docker run -i IMAGE python worker.py``.
+``docker run -i IMAGE python worker.py``. `AdoptedTransport` takes over a process that was
+started earlier, outside any event loop, with `subprocess.Popen` (a pre-started spare worker),
+and connects its pipes to the running loop.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
@@ -108,13 +111,53 @@ def _freeze_tree(root: int, rounds: int = 20) -> list[int]:
     return sorted(stopped)
 
 
+def processes_with(marker: str) -> list[int]:
+    """Processes whose command line contains `marker` (Linux /proc; empty elsewhere)."""
+    needle = marker.encode()
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if needle in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def kill_tree(pid: int, *, alive: bool = True, marker: str | None = None) -> None:
+    """SIGKILL process `pid`, its group and its descendants (frozen first, so that a fork loop
+    cannot outrun us). If the leader is already gone (`alive` false) and a `marker` is given,
+    the processes whose command line contains it are killed the same way instead: bwrap
+    killed in its first milliseconds leaves its inner process orphaned (its parent-death signal
+    was not set yet), out of reach by ancestry."""
+    roots = [pid] if alive else []
+    if not alive and marker:
+        roots += [p for p in processes_with(marker) if p != pid and p != os.getpid()]
+    for root in roots:
+        # Children that left the process group (setsid) are still descendants: the worker
+        # makes itself a subreaper so orphans re-parent to it rather than to init.
+        victims = _freeze_tree(root)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(root, signal.SIGKILL)
+        for p in [root, *victims]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+
+
 class SubprocessTransport:
     """A local command whose stdin/stdout carry the protocol; stderr is kept as a short tail."""
 
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
                  cwd: str | None = None, pass_fds: Sequence[int] = (),
-                 stderr_tail: int = 8192):
+                 stderr_tail: int = 8192, marker: str | None = None):
         self.argv = list(argv)
+        self.marker = marker   # see kill_tree
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.pass_fds = tuple(pass_fds)
@@ -183,16 +226,7 @@ class SubprocessTransport:
         proc = self._proc
         if proc is None:
             return
-        if proc.returncode is None:
-            # Children that left the process group (setsid) are still descendants: the worker
-            # makes itself a subreaper so orphans re-parent to it rather than to init.
-            # Freeze the tree first (so a fork loop cannot outrun us), then kill it.
-            victims = _freeze_tree(proc.pid)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            for pid in [proc.pid, *victims]:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+        kill_tree(proc.pid, alive=proc.returncode is None, marker=self.marker)
         with contextlib.suppress(asyncio.TimeoutError, ProcessLookupError):
             await asyncio.wait_for(proc.wait(), 10)
         # The group may outlive its leader.
@@ -211,3 +245,145 @@ class SubprocessTransport:
         if tail:
             text += "; its last error output was:\n" + tail[-2000:]
         return text
+
+
+class _WritePipeProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
+    """Flow control for a write pipe, so StreamWriter.drain() works on it."""
+
+
+async def _wait_popen(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
+    """Wait up to `timeout` s for a Popen child without blocking the loop; its status."""
+    if proc.poll() is not None:
+        return proc.returncode
+    loop = asyncio.get_running_loop()
+    pidfd = None
+    with contextlib.suppress(AttributeError, OSError):
+        pidfd = os.pidfd_open(proc.pid)  # type: ignore[attr-defined]
+    try:
+        if pidfd is not None:  # readable once the process has exited
+            exited = loop.create_future()
+            loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+            try:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(exited, timeout)
+            finally:
+                loop.remove_reader(pidfd)
+            return proc.poll()
+        deadline = loop.time() + timeout
+        delay = 0.001
+        while proc.poll() is None and loop.time() < deadline:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        return proc.returncode
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+class AdoptedTransport:
+    """A worker already started with `subprocess.Popen` (stdin/stdout/stderr pipes, its own
+    session), adopted into the running event loop at `start()`.
+
+    The process may have been started from another thread and before this loop existed, which
+    is what lets a process-wide pool of pre-started workers serve `asyncio.run()` calls that
+    each bring a new loop. Otherwise it behaves like `SubprocessTransport`.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], *, stderr_tail: int = 8192,
+                 marker: str | None = None):
+        if proc.stdin is None or proc.stdout is None or proc.stderr is None:
+            raise ValueError("the process needs stdin, stdout and stderr pipes")
+        self._proc = proc
+        self.marker = marker   # see kill_tree
+        self._tail_size = stderr_tail
+        self._tail = b""
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._transports: list[asyncio.BaseTransport] = []
+        self._drain: asyncio.Task[None] | None = None
+        self._killed = False
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll()
+
+    async def start(self) -> None:
+        proc = self._proc
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2 ** 16, loop=loop)
+        rt, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), proc.stdout)
+        self._transports.append(rt)
+        err = asyncio.StreamReader(limit=2 ** 16, loop=loop)
+        et, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(err, loop=loop), proc.stderr)
+        self._transports.append(et)
+        wt, wp = await loop.connect_write_pipe(lambda: _WritePipeProtocol(loop), proc.stdin)
+        self._transports.append(wt)
+        self._reader = reader
+        self._writer = asyncio.StreamWriter(wt, wp, None, loop)
+        self._drain = asyncio.create_task(self._drain_stderr(err))
+
+    async def _drain_stderr(self, err: asyncio.StreamReader) -> None:
+        while True:
+            chunk = await err.read(65536)
+            if not chunk:
+                return
+            self._tail = (self._tail + chunk)[-self._tail_size:]
+
+    async def send(self, data: bytes) -> None:
+        writer = self._writer
+        if writer is None or self._killed or writer.transport.is_closing():
+            raise ConnectionError("worker is not running")
+        try:
+            writer.write(data)
+            await writer.drain()
+        except (BrokenPipeError, ConnectionResetError, RuntimeError) as exc:
+            raise ConnectionError(f"worker is gone: {exc}") from None
+
+    async def receive(self, n: int) -> bytes:
+        if self._reader is None:
+            raise EOFError("worker is not running")
+        try:
+            return await self._reader.readexactly(n)
+        except asyncio.IncompleteReadError:
+            raise EOFError("worker closed its output") from None
+
+    async def wait_exit(self, timeout: float) -> int | None:
+        """Wait up to `timeout` s for the process to exit on its own; return its status."""
+        return await _wait_popen(self._proc, timeout)
+
+    async def kill(self) -> None:
+        if self._killed:
+            return
+        self._killed = True
+        proc = self._proc
+        kill_tree(proc.pid, alive=proc.poll() is None, marker=self.marker)
+        await _wait_popen(proc, 10)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if self._drain is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._drain, 1)
+        for t in self._transports:
+            t.close()
+        close_popen_pipes(proc)   # those no transport took yet (a start that was cut short)
+
+    def diagnostics(self) -> str:
+        text = describe_exit(self._proc.poll())
+        tail = self._tail.decode("utf-8", errors="replace").strip()
+        if tail:
+            text += "; its last error output was:\n" + tail[-2000:]
+        return text
+
+
+def close_popen_pipes(proc: subprocess.Popen[bytes]) -> None:
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        if f is not None:
+            with contextlib.suppress(OSError):
+                f.close()

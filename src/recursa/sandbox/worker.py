@@ -560,6 +560,14 @@ def _apply_limits(limits: dict[str, int]) -> None:
             pass
 
 
+def _drop_privileges(uid: int, gid: int | None) -> None:
+    os.setgroups([])
+    os.setgid(gid if gid is not None else uid)
+    os.setuid(uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise SystemExit("could not drop privileges")
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -569,6 +577,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="open this file before dropping privileges (e.g. the context)")
     ap.add_argument("--uid", type=int, default=None)
     ap.add_argument("--gid", type=int, default=None)
+    ap.add_argument("--late-context", action="store_true",
+                    help="a pre-started worker: wait for the host's init, open its context_path, "
+                         "and only then drop privileges (--uid) and serve. Nothing but init is "
+                         "accepted first, so no user code can run before the drop")
     args = ap.parse_args(argv)
 
     # Keep the protocol on private fds; user code writing to fd 0/1 hits /dev/null instead.
@@ -588,17 +600,37 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
     _apply_limits(json.loads(args.limits))
-    if args.uid is not None:
-        os.setgroups([])
-        os.setgid(args.gid if args.gid is not None else args.uid)
-        os.setuid(args.uid)
-        if os.getuid() != args.uid or os.geteuid() != args.uid:
-            raise SystemExit("could not drop privileges")
+    if args.uid is not None and not args.late_context:
+        _drop_privileges(args.uid, args.gid)
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
-    worker = Worker(_Channel(rfd, wfd), preopened)
+    channel = _Channel(rfd, wfd)
+    first = None
+    if args.late_context:
+        # Single-threaded until serve(): read the one message allowed before the drop.
+        try:
+            first = channel.receive()
+        except (EOFError, OSError, ValueError):
+            return 0  # the host discarded this spare
+        kind = first.get("type") if isinstance(first, dict) else None
+        if kind != "init":
+            if kind != "shutdown":
+                channel.send({"type": "init_error", "error": f"expected init first, got {kind!r}"})
+            return 2
+        path = first.get("context_path")
+        if isinstance(path, str) and path:
+            try:
+                preopened[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                pass  # init below reports the error
+        if args.uid is not None:
+            _drop_privileges(args.uid, args.gid)
+            _die_with_parent(parent)  # setuid cleared the parent-death signal
+    worker = Worker(channel, preopened)
+    if first is not None:
+        worker.handle(first)
     worker.serve()
     return 0
 
