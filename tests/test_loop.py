@@ -269,3 +269,10 @@ def test_on_event_receives_every_event_and_a_failing_callback_is_harmless():
     res = RLM(model=client, sandbox="inprocess", on_event=cb).completion("q", context=CTX)
     assert res.answer == "y"
     assert {"run", "turn", "cell", "subcall", "final"} <= set(seen)
+
+
+def test_final_of_the_answer_dict_commits_its_content():
+    code = 'answer["content"] = "built up"\nFINAL(answer)'
+    res = RLM(model=ReplayClient(root_script(repl(code))), sandbox="local").completion(
+        "q", context=CTX)
+    assert res.answer == "built up" and res.status == "final"

@@ -230,6 +230,9 @@ class Repl:
         return self._call("rlm_batch", {"prompts": list(prompts), "contexts": ctx, "opts": opts})
 
     def FINAL(self, text: Any) -> None:  # noqa: N802 - name fixed by the RLM convention
+        # Models often write FINAL(answer) with the answer dict itself: commit its content.
+        if isinstance(text, dict) and set(text) <= {"content", "ready"} and "content" in text:
+            text = text["content"]
         self.globals["answer"] = {"content": str(text), "ready": True}
 
     def FINAL_VAR(self, name: Any) -> None:  # noqa: N802
