@@ -69,14 +69,20 @@ def test_ablate_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(rollout_mod, "run_rollout", fake)
     out = tmp_path / "abl"
-    code = main(["ablate", "--env", "verbatim_copy", "--variants", "llm,rlm,rlm_tips", "-n",
-                 "2", "--length", "40", "--model", "replay:", "--sandbox", "inprocess",
-                 "--out", str(out), "--concurrency", "3"])
-    assert code == 0
+    args = ["ablate", "--env", "verbatim_copy", "--variants", "llm,rlm,rlm_tips", "-n", "2",
+            "--length", "40", "--model", "replay:", "--sandbox", "inprocess", "--out", str(out),
+            "--concurrency", "3"]
+    assert main(args) == 0
     printed = capsys.readouterr().out
     assert "| llm | 2 | 0 | 0.00 ± 0.00 |" in printed and "| rlm_tips | 2 | 0 | 1.00 ± 0.00 |" in printed
     assert (out / "report.md").exists() and (out / "ablation.svg").exists()
     rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and len(list((out / "traces").glob("*.jsonl"))) == 6
+    assert len({r["key"] for r in rows}) == 6
+    # a rerun resumes: every rollout is already in results.jsonl, the report is the same
+    assert main(args) == 0
+    again = capsys.readouterr()
+    assert "0 run, 6 already" in again.err and again.out == printed
+    assert (out / "results.jsonl").read_text().count("\n") == 6
     assert main(["ablate", "--env", "oolong", "--variants", "llm,zzz", "--model", "replay:",
                  "--out", str(out / "bad")]) == 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import shlex
 import sys
 from pathlib import Path
@@ -28,7 +27,8 @@ def register(sub: Any) -> None:
     a.add_argument("--model", help="root model spec (default: as `recursa run`)")
     a.add_argument("--sub-model", help="sub-model spec (default: the root model)")
     a.add_argument("--sandbox", default="local", choices=["local", "inprocess"])
-    a.add_argument("--concurrency", type=int, default=4, help="rollouts in parallel")
+    a.add_argument("--concurrency", type=int, default=4,
+                   help="rollouts in parallel (local executor)")
     a.add_argument("--max-iterations", type=int, default=10)
     a.add_argument("--max-subcalls", type=int)
     a.add_argument("--max-seconds", type=float, help="wall-time limit per rollout")
@@ -36,7 +36,10 @@ def register(sub: Any) -> None:
     a.add_argument("--sub-tokens", type=int, help="max_tokens of each sub-model reply")
     a.add_argument("--temperature", type=float)
     a.add_argument("--out", default="ablation", help="directory for report.md, ablation.svg, "
-                   "results.jsonl and traces/")
+                   "results.jsonl and traces/; a rerun skips rollouts already in results.jsonl")
+    a.add_argument("--retry-errors", action="store_true", help="redo rollouts with status error")
+    from recursa.bench.executors import add_executor_options
+    add_executor_options(a)     # --executor local|ray, --address, --ray-env (as bench run)
     a.set_defaults(fn=cmd_ablate)
 
     e = sub.add_parser("export-sft", help="turn traces of scored runs into chat-format "
@@ -55,11 +58,22 @@ def register(sub: Any) -> None:
     e.set_defaults(fn=cmd_export_sft)
 
 
+def rollout_executor(a: argparse.Namespace) -> Any:
+    """The executor `--executor` asked for: the local event loop (--concurrency at a time) or
+    one Ray task per rollout."""
+    from recursa.envs.rollout import LocalRolloutExecutor, failed_rollout, run_rollout_spec
+    if a.executor == "ray":
+        from recursa.bench.executors import RayExecutor
+        return RayExecutor(address=a.address, env_vars=a.ray_env, fn=run_rollout_spec,
+                           on_error=failed_rollout)
+    return LocalRolloutExecutor(a.concurrency)
+
+
 def cmd_ablate(a: argparse.Namespace) -> int:
     from recursa.cli import resolve_model
-    from recursa.envs.ablate import table, write_report
+    from recursa.envs.ablate import summarize, table, write_report
     from recursa.envs.base import get_env
-    from recursa.envs.rollout import run_rollouts, write_results
+    from recursa.envs.rollout import read_results, run_ablation
 
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
     try:
@@ -69,6 +83,7 @@ def cmd_ablate(a: argparse.Namespace) -> int:
         err.print(f"[red]error:[/] {e}")
         return 2
     out = Path(a.out)
+    results = out / "results.jsonl"
     root_opts = {k: v for k, v in (("max_tokens", a.turn_tokens),
                                    ("temperature", a.temperature)) if v is not None}
     sub_opts = {k: v for k, v in (("max_tokens", a.sub_tokens),
@@ -80,26 +95,28 @@ def cmd_ablate(a: argparse.Namespace) -> int:
 
     def progress(ro: Any) -> None:
         done.append(ro)
-        err.print(f"[dim]{len(done)}/{a.n * len(variants)}  {ro.variant:8s} seed {ro.seed}  "
+        err.print(f"[dim]{len(done)} new  {ro.variant:8s} seed {ro.seed}  "
                   f"reward {ro.reward:.2f}  {ro.status}  {ro.elapsed_s:.1f}s[/]")
-        write_results(done, out / "results.jsonl")   # partial results survive an interrupt
 
     try:
-        rollouts = asyncio.run(run_rollouts(
-            env, variants, a.n, model=model, sub_model=a.sub_model, concurrency=a.concurrency,
-            seed0=a.seed, length_tokens=a.length, trace_dir=out / "traces",
+        rollouts = run_ablation(
+            env, variants, a.n, model=model, executor=rollout_executor(a), seed0=a.seed,
+            results_path=results, retry_errors=a.retry_errors, on_done=progress,
+            sub_model=a.sub_model, length_tokens=a.length, trace_dir=out / "traces",
             root_options=root_opts or None, sub_options=sub_opts or None, sandbox=a.sandbox,
-            on_done=progress, **limits))
+            **limits)
     except KeyboardInterrupt:
-        err.print(f"[yellow]interrupted[/]: {len(done)} rollouts in {out / 'results.jsonl'}")
-        rollouts = done
+        err.print(f"[yellow]interrupted[/]: {len(done)} new rollouts in {results}; "
+                  "rerun the command to resume")
+        rollouts = [r for r in (read_results(results) if results.exists() else [])
+                    if r.env == env.name and r.variant in variants]
     except ValueError as e:
         err.print(f"[red]error:[/] {e}")
         return 2
-    write_results(rollouts, out / "results.jsonl")
+    else:
+        err.print(f"{len(done)} run, {len(rollouts) - len(done)} already in {results}")
     command = "recursa " + " ".join(shlex.quote(x) for x in sys.argv[1:])
     report = write_report(rollouts, out, env=env.name, command=command, variants=variants)
-    from recursa.envs.ablate import summarize
     print(table(summarize(rollouts, variants)))
     err.print(f"report: {report}  chart: {out / 'ablation.svg'}")
     return 0

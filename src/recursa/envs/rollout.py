@@ -4,20 +4,31 @@ The reward goes into the run's own trace file as one more event: a point event o
 with `data.reward` (the trace format's event kinds are fixed, so no new kind is invented), no
 parent (the reader attaches parentless points to the run), written after the run has ended.
 `recursa export-sft` filters on it; `reward_of(path)` reads it back.
+
+Many rollouts go through the same executor seam as `recursa.bench`: `make_rollout_specs`
+turns (env, variants, n, options) into plain dicts, `run_rollout_spec(spec) -> row` is a
+top-level, picklable function of one of them (it builds the env and the model clients from the
+spec's strings), and an executor maps specs to rows, handing each to an `on_row` in the driver.
+`LocalRolloutExecutor` runs `concurrency` rollouts on one event loop in this process;
+`recursa.bench.executors.RayExecutor(fn=run_rollout_spec, on_error=failed_rollout)` runs one
+Ray task per rollout. Given a results file, a run appends one row per rollout (fsync per row)
+and skips the keys already in it, so an interrupted ablation resumes where it stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, Node
-from recursa.envs.base import Env, check_variant, get_env
+from recursa.envs.base import ENVS, Env, check_variant, get_env
 from recursa.tools import ToolSet, run_tool_loop
 from recursa.trace import JsonlSink, Tracer, new_id
 from recursa.types import Event, ModelClient, RecursaError
@@ -43,9 +54,15 @@ class Rollout:
     trace_path: str | None = None
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    key: str = ""           # env|variant|seed|length|model: what a resumed ablation skips
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Rollout:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in row.items() if k in known})
 
 
 def record_reward(trace_path: str | Path, run_id: str, reward: float, **info: Any) -> None:
@@ -178,24 +195,174 @@ async def _llm_rollout(env: Env, inst: Any, ro: Rollout, *, model: str | ModelCl
     return run_id, path
 
 
-async def run_rollouts(env: Env | str, variants: list[str], n: int, *,
-                       model: str | ModelClient, concurrency: int = 4, seed0: int = 0,
-                       on_done: Any = None, **kwargs: Any) -> list[Rollout]:
+# ---------------------------------------------------------------- many rollouts
+OnRow = Callable[[dict[str, Any]], None]
+_SPEC_FIELDS = ("sub_model", "length_tokens", "trace_dir", "root_options", "sub_options",
+                "sandbox")
+
+
+def _model_name(model: Any) -> str:
+    return model if isinstance(model, str) else str(getattr(model, "name", None) or model)
+
+
+def rollout_key(env: str, variant: str, seed: int, length_tokens: int, model: str) -> str:
+    return f"{env}|{variant}|{seed}|{length_tokens}|{model}"
+
+
+def make_rollout_specs(env: Env | str, variants: list[str], n: int, *,
+                       model: str | ModelClient, seed0: int = 0,
+                       responder: str | None = None, **kwargs: Any) -> list[dict[str, Any]]:
     """n rollouts per variant (seeds seed0 .. seed0+n-1, the same instances for every variant),
-    at most `concurrency` at a time, interleaved so a cut-short ablation stays balanced."""
+    interleaved so a cut-short ablation stays balanced. `kwargs` are `run_rollout`'s (limits
+    included). With string model specs the specs are JSON-serialisable (what a Ray task needs);
+    live clients work with the local executor only. `responder` ("module:attr", a callable
+    `(messages) -> str`) scripts a `replay:` model in every process that runs a spec."""
+    env = get_env(env) if isinstance(env, str) else env
     for v in variants:
         check_variant(v)
-    sem = asyncio.Semaphore(max(1, concurrency))
+    opts = {k: kwargs.pop(k) for k in _SPEC_FIELDS if k in kwargs}
+    if opts.get("trace_dir") is not None:
+        opts["trace_dir"] = str(opts["trace_dir"])
+    length = opts.get("length_tokens") or env.default_length
+    # a registered env travels by name; a custom Env object only to the local executor
+    env_ref: Env | str = env.name if ENVS.get(env.name) is env else env
+    specs = []
+    for i in range(n):
+        for v in variants:
+            seed = seed0 + i
+            specs.append({"key": rollout_key(env.name, v, seed, length, _model_name(model)),
+                          "env": env_ref, "variant": v, "seed": seed, "model": model,
+                          "responder": responder, **opts, "limits": dict(kwargs)})
+    return specs
 
-    async def one(variant: str, seed: int) -> Rollout:
-        async with sem:
-            ro = await run_rollout(env, variant, seed, model=model, **kwargs)
-        if on_done:
-            on_done(ro)
-        return ro
 
-    jobs = [one(v, seed0 + i) for i in range(n) for v in variants]
-    return list(await asyncio.gather(*jobs))
+def _import_attr(path: str) -> Any:
+    mod, _, attr = path.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+async def arun_rollout_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """One rollout of a spec from `make_rollout_specs`; always returns a row (a dict)."""
+    model = spec["model"]
+    if spec.get("responder") and isinstance(model, str) and model.startswith("replay:"):
+        from recursa.models import ReplayClient
+        model = ReplayClient(_import_attr(spec["responder"]), name=model)
+    kwargs = {k: spec[k] for k in _SPEC_FIELDS if spec.get(k) is not None}
+    ro = await run_rollout(spec["env"], spec["variant"], spec["seed"], model=model,
+                           **kwargs, **spec.get("limits", {}))
+    ro.key = spec["key"]
+    return ro.to_dict()
+
+
+def run_rollout_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """Blocking, picklable entry point: what a Ray task calls."""
+    return asyncio.run(arun_rollout_spec(spec))
+
+
+def failed_rollout(spec: dict[str, Any], error: str) -> dict[str, Any]:
+    """The row of a rollout whose task died outside `run_rollout_spec` (a worker crash, a lost
+    node): status `error`, reward 0, redone by a run with retry_errors."""
+    env = spec["env"] if isinstance(spec["env"], str) else spec["env"].name
+    return Rollout(env=env, variant=spec["variant"], seed=spec["seed"], instance="",
+                   status="error", error=error, key=spec["key"]).to_dict()
+
+
+class RolloutExecutor(Protocol):
+    """Runs specs, calling `on_row(row)` in the calling process as each one finishes."""
+
+    def run(self, specs: list[dict[str, Any]], on_row: OnRow) -> None: ...
+
+
+class LocalRolloutExecutor:
+    """`concurrency` rollouts at a time on one event loop in this process."""
+
+    def __init__(self, concurrency: int = 4):
+        self.concurrency = max(1, concurrency)
+
+    def run(self, specs: list[dict[str, Any]], on_row: OnRow) -> None:
+        asyncio.run(self.arun(specs, on_row))
+
+    async def arun(self, specs: list[dict[str, Any]], on_row: OnRow) -> None:
+        sem = asyncio.Semaphore(self.concurrency)
+
+        async def one(spec: dict[str, Any]) -> None:
+            async with sem:
+                row = await arun_rollout_spec(spec)
+            on_row(row)
+
+        await asyncio.gather(*(one(s) for s in specs))
+
+
+class _Run:
+    """The driver's side of a run: which specs are left, and the rows as they arrive."""
+
+    def __init__(self, specs: list[dict[str, Any]], results_path: str | Path | None,
+                 retry_errors: bool, on_done: Callable[[Rollout], Any] | None):
+        from recursa.bench.runner import ResultsFile
+        self.specs = specs
+        self.file = ResultsFile(results_path) if results_path is not None else None
+        self.rows: dict[str, dict[str, Any]] = dict(self.file.rows) if self.file else {}
+        done = {k for k, r in self.rows.items()
+                if not (retry_errors and r.get("status") == "error")}
+        self.todo = [s for s in specs if s["key"] not in done]
+        self.skipped = len(specs) - len(self.todo)
+        self.on_done = on_done
+
+    def record(self, row: dict[str, Any]) -> None:
+        if self.file is not None:
+            self.file.append(row)     # durable before anything else looks at it
+        self.rows[row["key"]] = row
+        if self.on_done:
+            self.on_done(Rollout.from_dict(row))
+
+    def rollouts(self) -> list[Rollout]:
+        """The rows of this run's specs (earlier runs' included), in spec order."""
+        return [Rollout.from_dict(self.rows[s["key"]]) for s in self.specs
+                if s["key"] in self.rows]
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def run_ablation(env: Env | str, variants: list[str], n: int, *, model: str | ModelClient,
+                 executor: RolloutExecutor | None = None, concurrency: int = 4,
+                 seed0: int = 0, results_path: str | Path | None = None,
+                 retry_errors: bool = False, on_done: Callable[[Rollout], Any] | None = None,
+                 **kwargs: Any) -> list[Rollout]:
+    """Blocking twin of `run_rollouts` (what `recursa ablate` calls): Ctrl-C reaches the
+    executor, which stops what is left; finished rows are already in `results_path`."""
+    specs = make_rollout_specs(env, variants, n, model=model, seed0=seed0, **kwargs)
+    run = _Run(specs, results_path, retry_errors, on_done)
+    try:
+        if run.todo:
+            (executor or LocalRolloutExecutor(concurrency)).run(run.todo, run.record)
+    finally:
+        run.close()
+    return run.rollouts()
+
+
+async def run_rollouts(env: Env | str, variants: list[str], n: int, *,
+                       model: str | ModelClient, concurrency: int = 4, seed0: int = 0,
+                       on_done: Any = None, executor: RolloutExecutor | None = None,
+                       results_path: str | Path | None = None, retry_errors: bool = False,
+                       **kwargs: Any) -> list[Rollout]:
+    """n rollouts per variant (seeds seed0 .. seed0+n-1, the same instances for every variant),
+    interleaved so a cut-short ablation stays balanced. executor None: at most `concurrency`
+    at a time on this event loop; else e.g. `RayExecutor(fn=run_rollout_spec,
+    on_error=failed_rollout)` (run in a thread). With `results_path`, one row per rollout is
+    appended there and keys already in it are skipped (`retry_errors`: redo error rows)."""
+    specs = make_rollout_specs(env, variants, n, model=model, seed0=seed0, **kwargs)
+    run = _Run(specs, results_path, retry_errors, on_done)
+    try:
+        if run.todo:
+            if executor is None or isinstance(executor, LocalRolloutExecutor):
+                await (executor or LocalRolloutExecutor(concurrency)).arun(run.todo, run.record)
+            else:
+                await asyncio.to_thread(executor.run, run.todo, run.record)
+    finally:
+        run.close()
+    return run.rollouts()
 
 
 def write_results(rollouts: list[Rollout], path: str | Path) -> None:
@@ -206,9 +373,23 @@ def write_results(rollouts: list[Rollout], path: str | Path) -> None:
 
 
 def read_results(path: str | Path) -> list[Rollout]:
-    out = []
+    """The rollouts of a results file: a torn or unreadable line is skipped, and of rows with
+    the same key (a retried rollout) the last wins, in the place of the first."""
+    out: list[Rollout] = []
+    index: dict[str, int] = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
-            if line.strip():
-                out.append(Rollout(**json.loads(line)))
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(row, dict):
+                continue
+            ro = Rollout.from_dict(row)
+            if ro.key and ro.key in index:
+                out[index[ro.key]] = ro
+                continue
+            if ro.key:
+                index[ro.key] = len(out)
+            out.append(ro)
     return out
