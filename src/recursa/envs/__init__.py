@@ -9,7 +9,17 @@ The `verifiers` adapter is `recursa.envs.verifiers_env.load_environment` (extra:
 from __future__ import annotations
 
 from .base import ENVS, VARIANTS, Env, get_env, strip_tips
-from .rollout import Rollout, record_reward, reward_of, run_rollout, run_rollouts
+from .rollout import (
+    Rollout,
+    make_rollout_specs,
+    record_reward,
+    reward_of,
+    run_ablation,
+    run_rollout,
+    run_rollout_spec,
+    run_rollouts,
+)
 
-__all__ = ["ENVS", "VARIANTS", "Env", "Rollout", "get_env", "record_reward", "reward_of",
-           "run_rollout", "run_rollouts", "strip_tips"]
+__all__ = ["ENVS", "VARIANTS", "Env", "Rollout", "get_env", "make_rollout_specs",
+           "record_reward", "reward_of", "run_ablation", "run_rollout", "run_rollout_spec",
+           "run_rollouts", "strip_tips"]
