@@ -183,3 +183,12 @@ def test_unreadable_file_in_directory_is_skipped(tmp_path: Path):
         pytest.skip("root reads any file; permission bits cannot make one unreadable")
     p = prepare(root, tmp_path / "w")
     assert "unreadable" in p.description
+
+
+def test_reservation_estimate_counts_non_ascii_scripts_conservatively():
+    from recursa.dispatch import text_tokens
+    assert text_tokens("a" * 400) == 100
+    cjk = "\u4e2d" * 400                       # one CJK character is about one token or more
+    assert text_tokens(cjk) >= 400
+    cyr = "\u0436" * 400                       # two UTF-8 bytes each
+    assert 200 <= text_tokens(cyr) <= 400

@@ -52,6 +52,14 @@ def estimate_cost(client: ModelClient, input_tokens: int, output_tokens: int) ->
     return (input_tokens * price.input + output_tokens * price.output) / 1_000_000
 
 
+def text_tokens(text: str) -> int:
+    """A conservative token estimate for reservations: ~4 ASCII characters a token, but about one
+    token per character for other scripts (CJK, Cyrillic, ...), which chars/4 would undercount
+    four-fold and so let parallel calls overshoot a limit."""
+    extra = len(text.encode("utf-8", errors="surrogatepass")) - len(text)   # non-ASCII bytes
+    return estimate_tokens(len(text) + 2 * extra)
+
+
 def _messages(prompt: Any) -> list[Message]:
     if isinstance(prompt, str):
         return [{"role": "user", "content": prompt}]
@@ -88,7 +96,7 @@ class Dispatcher:
                          force: bool = False) -> Completion:
         """Reserve, call under the concurrency limit, settle. Raises ModelError/BudgetExceeded."""
         options = dict(options or {})
-        est_in = estimate_tokens(sum(len(str(m.get("content", ""))) for m in messages)) \
+        est_in = sum(text_tokens(str(m.get("content", ""))) for m in messages) \
             + 4 * len(messages)
         est_out = int(options.get("max_tokens") or DEFAULT_OUTPUT_RESERVE)
         cost = estimate_cost(client, est_in, est_out)
