@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from recursa import prompts
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, Node
 from recursa.parse import code_blocks, format_cell
+from recursa.tempdirs import owned_tempdir
 from recursa.trace import Tracer
 from recursa.types import (
     BudgetExceeded,
@@ -69,7 +69,7 @@ async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
     run_ev = env.tracer.emit(kind, phase="start", parent=parent, depth=depth, query=query,
                              model=env.root_client.name, budget=env.budget.model_dump())
     st = _State()
-    workdir = Path(tempfile.mkdtemp(prefix="recursa-ctx-"))
+    workdir = Path(owned_tempdir("recursa-ctx-"))
     sandbox: Sandbox | None = None
     starting: asyncio.Task[None] | None = None
     try:

@@ -24,7 +24,9 @@ same way: the context is bound as a private, read-only directory (/recursa/ctx) 
 opens that file, and only then drops its uid and serves cells (`--late-context`); nothing but
 `init` is accepted before the drop. A spare is used once; one that died or is older than
 RECURSA_PREWARM_MAX_AGE seconds (600) is discarded and replaced; all are killed at interpreter
-exit, and die with the host anyway (bwrap --die-with-parent / PR_SET_PDEATHSIG).
+exit, and die with the host anyway (bwrap --die-with-parent / PR_SET_PDEATHSIG). The
+directories of a killed host are named after it (`recursa.tempdirs.owned_tempdir`) and removed
+by the next process's sweep of stale ones.
 
 Processes: RLIMIT_NPROC is counted per *user id* and root is exempt from it, so it only means
 something when the worker runs as its own uid. When the host runs as root under bubblewrap,
@@ -45,7 +47,6 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ from recursa.sandbox.transport import (
     close_popen_pipes,
     kill_tree,
 )
+from recursa.tempdirs import WORKER_UID_MAX, WORKER_UID_MIN, owned_tempdir
 from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
 
 log = logging.getLogger("recursa.sandbox")
@@ -122,13 +124,13 @@ class WorkerConfig:
 
     def new_worker(self) -> WorkerSpec:
         """Make a worker's private directories (and uid) and its command line."""
-        spec = WorkerSpec(workspace=tempfile.mkdtemp(prefix="recursa-ws-"))
+        spec = WorkerSpec(workspace=owned_tempdir("recursa-ws-"))
         try:
             if self.drop_uid:
-                spec.uid = random.randint(200000, 265535)
+                spec.uid = random.randint(WORKER_UID_MIN, WORKER_UID_MAX)
                 os.chown(spec.workspace, spec.uid, spec.uid)
             if self.mode == "bwrap":
-                spec.ctxdir = tempfile.mkdtemp(prefix="recursa-wctx-")
+                spec.ctxdir = owned_tempdir("recursa-wctx-")
             spec.argv, spec.env, spec.cwd = self._command(spec)
         except BaseException:
             spec.cleanup()
