@@ -26,7 +26,7 @@ import subprocess
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -254,10 +254,12 @@ class Executor(Protocol):
 class AsyncioExecutor:
     """`concurrency` instances at a time on one event loop in this process."""
 
-    def __init__(self, concurrency: int = 4):
+    def __init__(self, concurrency: int = 4,
+                 afn: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.concurrency = concurrency
+        self.afn = afn or arun_instance     # spec -> row; the ablation runner passes its own
 
     def run(self, specs: list[dict[str, Any]], on_row: OnRow) -> None:
         asyncio.run(self.arun(specs, on_row))
@@ -267,7 +269,7 @@ class AsyncioExecutor:
 
         async def one(spec: dict[str, Any]) -> None:
             async with sem:
-                row = await arun_instance(spec)
+                row = await self.afn(spec)
             on_row(row)
 
         await asyncio.gather(*(one(s) for s in specs))

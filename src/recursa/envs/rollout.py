@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
+from recursa.bench.runner import AsyncioExecutor
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, Node
 from recursa.envs.base import ENVS, Env, check_variant, get_env
@@ -273,24 +274,12 @@ class RolloutExecutor(Protocol):
     def run(self, specs: list[dict[str, Any]], on_row: OnRow) -> None: ...
 
 
-class LocalRolloutExecutor:
-    """`concurrency` rollouts at a time on one event loop in this process."""
+class LocalRolloutExecutor(AsyncioExecutor):
+    """`concurrency` rollouts at a time on one event loop in this process (the bench's executor,
+    running rollout specs)."""
 
     def __init__(self, concurrency: int = 4):
-        self.concurrency = max(1, concurrency)
-
-    def run(self, specs: list[dict[str, Any]], on_row: OnRow) -> None:
-        asyncio.run(self.arun(specs, on_row))
-
-    async def arun(self, specs: list[dict[str, Any]], on_row: OnRow) -> None:
-        sem = asyncio.Semaphore(self.concurrency)
-
-        async def one(spec: dict[str, Any]) -> None:
-            async with sem:
-                row = await arun_rollout_spec(spec)
-            on_row(row)
-
-        await asyncio.gather(*(one(s) for s in specs))
+        super().__init__(max(1, concurrency), afn=arun_rollout_spec)
 
 
 class _Run:
