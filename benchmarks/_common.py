@@ -153,22 +153,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 # ---------------------------------------------------------------- memory of a process tree
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # the command name may contain spaces and parentheses: fields follow the last ')'
-        rest = stat[stat.rfind(b")") + 2:].split()
-        kids.setdefault(int(rest[1]), []).append(int(d))
-    return kids
-
-
 def _rss_kb(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/statm") as f:
@@ -199,16 +183,13 @@ class TreeMemory:
         self._t.join(5)
 
     def _run(self) -> None:
+        # Imported here: driver processes of the reference side load this module without recursa.
+        from recursa.sandbox.transport import descendants
         n = 0
         tree = [self.pid]
         while not self._stop.is_set():
             if n % 10 == 0:   # the tree changes rarely; /proc scans are not free
-                kids = _children_map()
-                tree, todo = [], [self.pid]
-                while todo:
-                    p = todo.pop()
-                    tree.append(p)
-                    todo.extend(kids.get(p, ()))
+                tree = [self.pid, *descendants(self.pid)]
             n += 1
             total = 0
             for p in tree:
