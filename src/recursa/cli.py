@@ -180,8 +180,8 @@ def _extensions() -> list[Any]:
     import importlib
     import importlib.util
     out = []
-    for mod in ("recursa.bench.cli", "recursa.viewer.cli", "recursa.server.cli",
-                "recursa.envs.cli"):
+    for mod in ("recursa.models.runtime_cli", "recursa.bench.cli", "recursa.viewer.cli",
+                "recursa.server.cli", "recursa.envs.cli"):
         try:
             present = importlib.util.find_spec(mod) is not None
         except ModuleNotFoundError:   # the parent package is absent

@@ -32,7 +32,7 @@ PREFIXES = ("openai", "openrouter", "vllm", "anthropic", "local", "replay")
 
 DEFAULT_OPENAI = "openai:gpt-5-mini"
 DEFAULT_ANTHROPIC = "anthropic:claude-sonnet-4-5"
-DEFAULT_LOCAL = "local:qwen2.5-coder-0.5b"
+DEFAULT_LOCAL = "local:qwen2.5-coder-1.5b"
 
 
 def default_model_spec(env: Mapping[str, str] | None = None) -> tuple[str, str]:
@@ -43,7 +43,7 @@ def default_model_spec(env: Mapping[str, str] | None = None) -> tuple[str, str]:
     if env.get("ANTHROPIC_API_KEY"):
         return DEFAULT_ANTHROPIC, "ANTHROPIC_API_KEY is set (OPENAI_API_KEY is not)"
     return DEFAULT_LOCAL, ("no OPENAI_API_KEY or ANTHROPIC_API_KEY: using the free local model "
-                           "(runs on CPU; fetched once, ~490 MB)")
+                           "(runs on CPU; fetched once, ~1.1 GB)")
 
 
 def _bad_spec(spec: str, why: str) -> ValueError:
@@ -83,8 +83,8 @@ def make_client(spec: str, *, base_url: str | None = None, api_key: str | None =
     if prefix == "local":
         from .local import LocalClient
         if base_url or api_key:
-            raise ValueError("local: models run in-process; for a llama.cpp *server* use "
-                             "'openai:MODEL' with base_url=")
+            raise ValueError("local: models run in a llama.cpp server recursa starts itself; "
+                             "for a server you run, use 'openai:MODEL' with base_url=")
         return LocalClient(model, name=spec, **opts)
 
     if prefix == "anthropic":

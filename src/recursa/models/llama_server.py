@@ -1,0 +1,228 @@
+"""A llama.cpp server process that recursa starts, owns and stops: the local model's home.
+
+The model runs outside the host process, so a crash in native code (SIGILL on a CPU without an
+instruction, SIGSEGV, the OOM killer) ends one run with a clear error instead of killing the
+host or the test runner. The server listens on 127.0.0.1 on a free port and requires a random
+bearer token (passed in its environment, not on its command line); it dies with the host
+(PR_SET_PDEATHSIG, set from one long-lived launcher thread so that it is not tied to the
+lifetime of whichever thread first asked for the model), and is stopped at interpreter exit.
+
+One server per (binary, model file, options) per process, shared by every client and run: the
+weights load once. It has several slots over one unified KV pool, and llama.cpp's host-RAM
+prompt cache (`--cache-ram`): an idle slot's KV state is saved there when another request needs
+the slot and restored when its prefix comes back, so a root turn after a batch of sub-calls
+does not read its whole history again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import ctypes
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..types import ModelError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    binary: str
+    model: str
+    n_ctx: int = 8192          # context per slot (tokens)
+    slots: int = 3             # root + sub-calls in parallel without evicting each other
+    threads: int = 0           # 0: every core this process may use
+    cache_ram_mib: int = 2048  # host-RAM prompt cache shared by the slots
+    extra_args: tuple[str, ...] = ()
+
+    def argv(self, port: int) -> list[str]:
+        threads = str(self.threads or _cpu_count())
+        return [self.binary, "-m", self.model, "--host", "127.0.0.1", "--port", str(port),
+                "-np", str(self.slots), "--kv-unified", "--kv-unified-per-slot", str(self.n_ctx),
+                "-t", threads, "-tb", threads, "--cache-ram", str(self.cache_ram_mib),
+                "--no-webui", "--jinja", "--no-warmup", *self.extra_args]
+
+
+def signal_name(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit status {returncode}"
+
+
+def _explain(returncode: int) -> str:
+    if returncode == -signal.SIGILL:
+        return (" The runtime uses a CPU instruction this machine does not enable: rebuild it "
+                "for an older CPU with `RECURSA_CPU_PROFILE=x86-64-v2 recursa runtime build "
+                "--force`, or set RECURSA_LLAMA_SERVER to a llama-server built for this machine.")
+    if returncode == -signal.SIGKILL:
+        return " (killed: out of memory, or by another process)"
+    return ""
+
+
+def _set_pdeathsig() -> None:   # runs in the child between fork and exec
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+# PR_SET_PDEATHSIG fires when the *thread* that forked exits: fork from one thread that lives
+# as long as the process.
+_launcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="recursa-llama-launch")
+
+
+class LlamaServer:
+    """One llama-server process. `start()` blocks until it serves (or raises ModelError)."""
+
+    def __init__(self, config: ServerConfig, name: str = "local model") -> None:
+        self.config = config
+        self.name = name
+        self.token = secrets.token_urlsafe(24)
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._logdir = tempfile.TemporaryDirectory(prefix="recursa-llama-")
+        self.log_path = Path(self._logdir.name) / "server.log"
+        self.started_s = 0.0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n: int = 12) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        keep = [ln for ln in lines if ln.strip()][-n:]
+        return "\n".join(keep)
+
+    def death(self) -> str | None:
+        """Why the process is gone (None while it runs)."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        rc = self.proc.returncode
+        return (f"{self.name}: the llama.cpp server (pid {self.proc.pid}) died: "
+                f"{signal_name(rc)}.{_explain(rc)}")
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with socket.socket() as s:      # a free loopback port; the server binds it right after
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LLAMA_API_KEY": self.token,
+               # OpenMP threads spin while idle by default; on a shared 2-core box that starves
+               # everything else (the sandbox, other servers) for no gain
+               "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
+        log = open(self.log_path, "wb")
+        try:
+            return subprocess.Popen(self.config.argv(self.port), stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    preexec_fn=_set_pdeathsig, cwd=self._logdir.name)
+        finally:
+            log.close()
+
+    def start(self, timeout: float = 300.0) -> None:
+        if not Path(self.config.model).is_file():
+            raise ModelError(f"{self.name}: model file not found: {self.config.model}",
+                             retryable=False)
+        t0 = time.monotonic()
+        self.proc = _launcher.submit(self._spawn).result()
+        while True:
+            if (why := self.death()) is not None:
+                tail = self.log_tail()
+                bad_file = "failed to load model" in tail or "gguf" in tail.lower()
+                hint = (f" Is {self.config.model} a complete GGUF file?" if bad_file else "")
+                raise ModelError(f"{why}{hint}\nserver log:\n{tail}", retryable=False)
+            if self._healthy():
+                self.started_s = time.monotonic() - t0
+                return
+            if time.monotonic() - t0 > timeout:
+                self.stop()
+                raise ModelError(f"{self.name}: the llama.cpp server did not come up in "
+                                 f"{timeout:.0f} s\nserver log:\n{self.log_tail()}")
+            time.sleep(0.1)
+
+    def _healthy(self) -> bool:
+        req = urllib.request.Request(self.base_url + "/health",
+                                     headers={"Authorization": f"Bearer {self.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def stop(self) -> None:
+        p = self.proc
+        if p is not None and p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self._logdir.cleanup()
+
+
+# ------------------------------------------------------------------ the process-wide registry
+_servers: dict[ServerConfig, LlamaServer] = {}
+_lock = threading.Lock()
+_starting: dict[ServerConfig, threading.Lock] = {}
+
+
+def get_server(config: ServerConfig, name: str = "local model") -> LlamaServer:
+    """The running server for `config`, started on first use (or again after it died)."""
+    with _lock:
+        gate = _starting.setdefault(config, threading.Lock())
+    with gate:                  # one start per config; others wait for it
+        srv = _servers.get(config)
+        if srv is not None and srv.alive():
+            return srv
+        if srv is not None:     # it died: the next run gets a fresh one
+            srv.stop()
+        srv = LlamaServer(config, name)
+        srv.start()
+        with _lock:
+            _servers[config] = srv
+        return srv
+
+
+def forget(server: LlamaServer) -> None:
+    with _lock:
+        if _servers.get(server.config) is server:
+            del _servers[server.config]
+
+
+@atexit.register
+def stop_all() -> None:
+    """Stop every server this process started (also at exit)."""
+    with _lock:
+        servers = list(_servers.values())
+        _servers.clear()
+    for s in servers:
+        s.stop()
+
+
+def running() -> list[LlamaServer]:
+    with _lock:
+        return [s for s in _servers.values() if s.alive()]

@@ -1,0 +1,68 @@
+"""`recursa runtime build | check | info`: the local llama.cpp runtime."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+err = Console(stderr=True)
+
+
+def _say(msg: str) -> None:
+    err.print(f"[dim]{escape(msg)}[/]")
+
+
+def check(model: str, n_tokens: int = 2) -> dict[str, Any]:
+    """Start the server on `model` and generate `n_tokens`: the run-time proof that this
+    machine executes the build. Returns timings; raises ModelError with the reason."""
+    from .local import LocalClient
+
+    async def go() -> dict[str, Any]:
+        c = LocalClient(model, progress=_say, n_ctx=2048, slots=1)
+        srv = await c.load()
+        comp = await c.complete([{"role": "user", "content": "Say hi."}],
+                                max_tokens=n_tokens, temperature=0.0)
+        await c.aclose()
+        t = (comp.raw or {}).get("timings") or {}
+        return {"binary": srv.config.binary, "model": srv.config.model,
+                "server_start_s": round(srv.started_s, 2), "text": comp.text,
+                "prompt_tokens_per_s": t.get("prompt_per_second"),
+                "generation_tokens_per_s": t.get("predicted_per_second")}
+    return asyncio.run(go())
+
+
+def cmd_runtime(a: argparse.Namespace) -> int:
+    from . import runtime
+    if a.action == "info":
+        print(json.dumps({"binary": str(runtime.binary_path(a.profile)),
+                          "built": runtime.is_built(a.profile),
+                          "default_profile": runtime.default_profile(),
+                          "build": runtime.build_info(a.profile)}, indent=1))
+        return 0
+    try:
+        if a.action == "build":
+            print(runtime.build_server(a.profile, force=a.force, progress=_say))
+            return 0
+        print(json.dumps(check(a.model, a.tokens), indent=1))
+        return 0
+    except Exception as e:
+        err.print(f"[red]error:[/] {escape(str(e))}")
+        return 1
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("runtime", help="build or check the local llama.cpp runtime")
+    p.add_argument("action", choices=["build", "check", "info"])
+    p.add_argument("--profile", help="CPU profile: x86-64-v3 (default where AVX2 is there), "
+                   "x86-64-v2, generic")
+    p.add_argument("--force", action="store_true", help="build again even if built")
+    p.add_argument("--model", default="smollm2-135m",
+                   help="model for `check` (registry name or .gguf path)")
+    p.add_argument("--tokens", type=int, default=2, help="tokens `check` generates")
+    p.set_defaults(fn=cmd_runtime)
+
