@@ -77,4 +77,4 @@ def test_failed_run_exits_nonzero_and_keeps_trace(tmp_path: Path):
 def test_no_model_and_no_keys_picks_local_model_and_says_so(tmp_path: Path):
     env = {k: "" for k in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
     p = run(["run", "q", "--context", str(tmp_path / "missing.txt")], env=env)
-    assert "using local:qwen2.5-coder-0.5b" in p.stderr.decode()
+    assert "using local:qwen2.5-coder-1.5b" in p.stderr.decode()

@@ -103,7 +103,7 @@ async def test_local_model_rollout_through_verifiers() -> None:
     from recursa.models import make_client
     env = load_environment("math_python", "rlm_tips", num_examples=1, max_turns=2,
                            sandbox="local")
-    client = RecursaClient(make_client("local:qwen2.5-coder-0.5b"))
+    client = RecursaClient(make_client("local:smollm2-135m"))
     res = await env.generate(env.get_eval_dataset(), client=client, model="qwen",
                              sampling_args={"max_tokens": 300, "temperature": 0.0})
     out = res["outputs"][0]

@@ -72,6 +72,8 @@ def test_local_specs_do_not_load_anything():
     from recursa.models.local import LocalClient
     c = make_client("local:qwen2.5-coder-0.5b")
     assert isinstance(c, LocalClient) and c.n_ctx == 8192 and c.path is None
+    assert c.context_window == 8192
+    assert make_client("local:qwen2.5-coder-1.5b").n_ctx == 16384
     p = make_client("local:/tmp/some/model.gguf", n_ctx=2048)
     assert str(p.path) == "/tmp/some/model.gguf" and p.n_ctx == 2048
     with pytest.raises(Exception, match="unknown local model"):
@@ -84,7 +86,7 @@ def test_default_model_spec():
     spec, why = default_model_spec({"ANTHROPIC_API_KEY": "y"})
     assert spec.startswith("anthropic:claude-sonnet") and "ANTHROPIC_API_KEY" in why
     spec, why = default_model_spec({})
-    assert spec == "local:qwen2.5-coder-0.5b" and "local" in why
+    assert spec == "local:qwen2.5-coder-1.5b" and "local" in why
 
 
 # ------------------------------------------------------------------ pricing

@@ -108,6 +108,29 @@ def test_export_on_real_local_model_traces(tmp_path: Path) -> None:
         if row["meta"]["kind"] == "root":
             roles = [m["role"] for m in msgs]
             assert roles[:2] == ["system", "user"]
+            if roles[-3:] == ["user", "user", "assistant"]:
+                # before the loop merged them, the last-turn request followed the last feedback
+                # as a second user message: the export keeps what was really sent
+                roles = roles[:-2] + ["assistant"]
             assert all(a != b for a, b in zip(roles[1:], roles[2:], strict=False))
     high = export_sft(_real_trace_dirs(), tmp_path / "hi.jsonl", min_reward=1.0)
     assert high.kept_runs + high.low_reward + high.unusable == st.runs
+
+
+def test_export_of_a_compacted_run_keeps_every_reply(tmp_path: Path) -> None:
+    from recursa import RLM
+    script = [f"```repl\nprint(context[{i * 900}:{(i + 1) * 900}])\n```" for i in range(8)]
+    script.append("```repl\nFINAL('done')\n```")
+    root = ReplayClient(list(script))
+    root.context_window = 3000          # like a local model's client: the loop must compact
+    RLM(model=root, sub_model=ReplayClient(["s"]), sandbox="inprocess",
+        trace_dir=tmp_path / "t").completion("q", context="x" * 20_000)
+    run = load(next((tmp_path / "t").glob("*.jsonl")))
+    compactions = sum("compaction" in p.data for n in run.walk() for p in n.points)
+    assert compactions >= 2
+    assert root_messages(run) == root.calls[-1] + [{"role": "assistant", "content": script[-1]}]
+    out = tmp_path / "d.jsonl"
+    st = export_sft([tmp_path / "t"], out, min_reward=0.0, include_unscored=True)
+    assert st.root_examples == compactions + 1
+    rows = [json.loads(x)["messages"] for x in out.read_text().splitlines()]
+    assert {m["content"] for r in rows for m in r if m["role"] == "assistant"} == set(script)

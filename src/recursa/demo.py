@@ -46,12 +46,12 @@ def _report(rng: random.Random, site: str, cause: str, fixer: str) -> str:
     others = rng.sample([f for f in FIXERS if f != fixer], 2)
     day = rng.randrange(2, 27)
     return "\n".join([
-        f"MAINTENANCE REPORT - {site}",
+        f"MAINTENANCE REPORT - power outage at the {site}",
         f"On the night of the {day}th the {site} lost all power at 02:14. The night guard "
         f"logged the outage and called the duty engineer, {others[0]}, who arrived within the "
         "hour and began by checking the obvious suspects.",
-        f"The first suspicion was {guesses[0]}; it was replaced, but the power stayed off. "
-        f"{others[0]} next examined {guesses[1]}, which turned out to be in working order. "
+        f"The first suspicion was {guesses[0]}, but that was not the cause: the power stayed "
+        f"off. {others[0]} next examined {guesses[1]}, which was not the cause either. "
         f"The morning shift under {others[1]} suspected {guesses[2]} and spent most of the "
         "day testing it without result. Several staff members wrote to the board about the "
         "cold and the lost observations, and a temporary generator was hired for the week.",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 
 from recursa.types import Cell
 
@@ -10,11 +12,12 @@ _FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S
 
 
 def code_blocks(text: str) -> list[str]:
-    """The ```repl blocks of a reply, in order; ```python blocks only when there is no repl block.
+    """The ```repl blocks of a reply, in order; else its ```python / ```py blocks; else its bare
+    ``` blocks (small models often drop the language name).
 
     An unterminated last fence still counts (models often stop mid-fence at their output cap).
     """
-    blocks: dict[str, list[str]] = {"repl": [], "python": []}
+    blocks: dict[str, list[str]] = {"repl": [], "python": [], "": []}
     for m in _FENCE.finditer(text):
         lang = m.group(1).lower()
         body = m.group(2)
@@ -22,8 +25,84 @@ def code_blocks(text: str) -> list[str]:
             blocks["repl"].append(body)
         elif lang in ("python", "py", "python3"):
             blocks["python"].append(body)
-    chosen = blocks["repl"] or blocks["python"]
+        elif lang == "":
+            blocks[""].append(body)
+    chosen = blocks["repl"] or blocks["python"] or blocks[""]
     return [b for b in chosen if b.strip()]
+
+
+_FINAL_LINE = re.compile(r"^[ \t>*`]*(FINAL(?:_VAR)?\(.*\))[ \t*`.]*$", re.M)
+_FINAL_MARK = re.compile(r"^[ \t>#*_-]*final[ \t]+answer[ \t*_]*[:\uff1a]", re.I | re.M)
+_ANSWER_MARK = re.compile(r"^[ \t>#*_-]*answer[ \t*_]*[:\uff1a]", re.I | re.M)
+PROSE_ANSWER_CHARS = 200    # a reply without code at most this long may be an answer
+
+
+def outside_fences(text: str) -> str:
+    """The reply with its fenced blocks (of any language) removed."""
+    return _FENCE.sub("\n", text)
+
+
+def final_line(text: str) -> str | None:
+    """The last line outside any fence that is only a `FINAL(...)` or `FINAL_VAR(...)` call
+    (a mention inside a sentence does not count)."""
+    found = _FINAL_LINE.findall(outside_fences(text))
+    return found[-1].strip() if found else None
+
+
+def final_literal(call: str) -> str:
+    """What a `FINAL(...)` line commits when it is not valid Python (`FINAL(March 2023)`): the
+    text between the parentheses, without surrounding quotes."""
+    inner = call[call.index("(") + 1:call.rindex(")")] if "(" in call else call
+    return _clean(inner)
+
+
+def _clean(answer: str) -> str:
+    answer = answer.strip()
+    for _ in range(3):
+        stripped = answer.strip(" \t\n*`")
+        if len(stripped) >= 2 and stripped[0] == stripped[-1] and stripped[0] in "\"'":
+            stripped = stripped[1:-1]
+        if stripped == answer:
+            break
+        answer = stripped
+    return answer.strip()
+
+
+def prose_answer(text: str) -> tuple[bool, str] | None:
+    """An answer stated in a reply that holds no code, or None.
+
+    `(True, X)` for an explicit "Final answer: X" (at the start of a line); `(False, X)` for
+    "Answer: X", or for a whole reply of at most PROSE_ANSWER_CHARS characters that does not end
+    in "?" or ":" (a question, or an announcement of code to come) and does not mention FINAL
+    or answer[...] (it talks about code).
+    """
+    body = outside_fences(text).strip()
+    for mark, explicit in ((_FINAL_MARK, True), (_ANSWER_MARK, False)):
+        hits = list(mark.finditer(body))
+        if hits:
+            answer = _clean(body[hits[-1].end():])
+            return (explicit, answer) if answer else None
+    if (body and len(body) <= PROSE_ANSWER_CHARS and not body.rstrip("*` ").endswith(("?", ":"))
+            and "FINAL" not in body and "answer[" not in body):   # talk about code, not answers
+        answer = _clean(body)
+        return (False, answer) if answer else None
+    return None
+
+
+def normalize_code(blocks: list[str]) -> str:
+    """A turn's code as a string of Python tokens, without comments, blank lines or the spaces
+    between tokens, to tell a repeated cell; code that does not tokenize has its whitespace
+    runs made one space instead."""
+    out = []
+    for block in blocks:
+        try:
+            toks = [t.string if t.string.strip() else tokenize.tok_name[t.type]
+                    for t in tokenize.generate_tokens(io.StringIO(block).readline)
+                    if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.ENDMARKER)]
+            out.append(" ".join(toks))
+        except (tokenize.TokenError, IndentationError, SyntaxError):
+            out.append(" ".join(block.split()))
+    return "\n".join(out)
 
 
 def cap(text: str, limit: int, total: int | None = None) -> str:

@@ -4,41 +4,54 @@ from __future__ import annotations
 
 SYSTEM = """You answer a query about a context that is too large to read at once. The context is \
 NOT in this conversation: it is stored in the variable `context` inside a persistent Python REPL. \
-You work by writing Python code; you see only what your code prints.
+You work by writing Python code in ```repl blocks; you see only what your code prints (at most \
+{max_output_chars} characters per turn, so print summaries, not whole documents). Variables \
+persist between turns.
 
-Write code in ```repl blocks. Each reply may hold one or more blocks; they run in order and you \
-then see their output (cut to {max_output_chars} characters per turn, so print summaries, not \
-whole documents). Variables persist between turns.
-
-Available in the REPL:
+In the REPL:
 - `context`: the data ({context_type}).
-- `llm_query(prompt: str) -> str`: ask a language model one question (it can read about \
-{sub_chars} characters at once). Put the text it must read into the prompt.
-- `llm_batch(prompts: list[str]) -> list[str]`: many independent llm_query calls run in \
-parallel; much faster than a loop. A failed call returns a string starting with "Error:".
-- `rlm_query(prompt: str, context=None) -> str`: hand a sub-task to a recursive copy of \
-yourself with its own REPL (the given context, or the prompt itself when context is None).
-- `rlm_batch(prompts, contexts=None) -> list[str]`: several rlm_query calls in parallel.
+- `llm_query(prompt: str) -> str`: ask a language model one question. It sees only the prompt \
+(up to about {sub_chars} characters), so put the text it must read into the prompt.
+- `llm_batch(prompts: list[str]) -> list[str]`: many llm_query calls in parallel; much faster \
+than a loop. A failed call returns a string starting with "Error:".
+- `rlm_query(prompt: str, context=None) -> str`, `rlm_batch(prompts, contexts=None)`: hand \
+sub-tasks to recursive copies of yourself, each with its own REPL.
 - `answer`: a dict {{"content": "", "ready": False}}. Build your answer in answer["content"] \
-(you may edit it over several turns); set answer["ready"] = True only when it is final.
-- `FINAL(text)` sets the answer and marks it ready; `FINAL_VAR(name)` does the same with the \
-value of the variable called `name`. `SHOW_VARS()` lists your variables.
+(over several turns if needed); set answer["ready"] = True only when it is final.
+- `FINAL(value)` commits the answer and ends the run; `FINAL_VAR("name")` commits the variable \
+called `name`. `SHOW_VARS()` lists your variables.
 {tools}
-How to work: first look at the context's structure (type, length, a few samples), then \
-search it with Python (slicing, regex, string methods), and use llm_query / llm_batch on chunks \
-when a judgement needs reading (classifying, summarising, extracting). Keep chunks well under \
-the sub-model's limit. Combine the results in code, check them, then commit the answer. \
-Never assign to `context`. The run ends as soon as answer["ready"] is True, so verify first.
+How to work: look at the context (its length, a sample), search it with code (slicing, \
+str.find, re), and use llm_query / llm_batch on the pieces you found when a judgement needs \
+reading (pieces of at most about {chunk} characters). Search for the query's most specific \
+words (names, rare terms) ignoring case; if a search finds nothing, try other words. Print what \
+you find. Every number or name in your answer must come from output you have seen: never guess. Never send the same code twice \
+(its output will not change). Never assign to `context`. As soon as the output answers the \
+query, commit it with FINAL(...) in a ```repl block.
 
-A first turn usually looks like this:
+Example of a whole run (another task). Query: "In which city was the Ada meeting held?"
+Turn 1:
 ```repl
 print(len(context))
-print(context[:500])
+print(context[:300])
 ```
-Only after reading that output, search with string methods or regular expressions, ask \
-sub-models on chunks of \
-about {chunk} characters (`llm_batch([...])`), print what you found, and in a later turn, once \
-it is checked, set answer["content"] and answer["ready"] = True.
+Output: 184023, then the start of some meeting notes.
+Turn 2:
+```repl
+import re
+hits = [m.start() for m in re.finditer("ada", context, re.IGNORECASE)]
+print(len(hits))
+pieces = [context[max(0, i - 500):i + 4000] for i in hits[:5]]
+# the text first, then the query itself
+found = llm_batch([p + "\\n\\nIn which city was the Ada meeting held? Answer from the text \
+above, or reply 'none'." for p in pieces])
+print(found)
+```
+Output: 3, then ['Lyon', 'none', 'Lyon']
+Turn 3:
+```repl
+FINAL("Lyon")
+```
 {tips}"""
 
 FIRST_USER = """Query: {query}
@@ -54,6 +67,40 @@ to finish, set answer["content"] and answer["ready"] = True (or call FINAL(...))
 CONTINUE = """The query: {query}
 Write the next ```repl block, building on the output above. When you know the answer, set \
 answer["content"] and answer["ready"] = True, or call FINAL(...)."""
+
+REPEATED = """You sent the same code as in turn {turn}, so it was not run again. {what}
+
+Do not send it again. {todo}"""
+
+REPEATED_OK = "It printed:\n{output}"
+REPEATED_FAILED = "It failed:\n{output}"
+TODO_OK = ("Use that output: search `context` with new code, call llm_query / llm_batch on the "
+           "pieces you found, or, if the output already answers the query, write a ```repl block "
+           "that calls FINAL with the answer.")
+TODO_FAILED = "Fix the error and send corrected code."
+
+DRAFT = """Your reply had no ```repl block, so I took it as your draft answer: \
+answer["content"] = {draft!r}. If it is correct, commit it:
+```repl
+FINAL(answer["content"])
+```
+If it is not, write code to find the answer."""
+
+UNGROUNDED = """Not committed yet: your answer contains {number}, which none of the outputs \
+so far shows, so it may be a guess (it is kept as a draft in answer["content"]). Find the \
+evidence with code first: search `context` for the query's most specific words or names \
+(ignoring case), print what you find, and read long pieces with llm_query. Only if you are sure, \
+commit the same answer again."""
+
+COMPACTED = """[Turns {first}-{last} were removed from this conversation to fit the model's context \
+window. What they did:]
+{items}
+
+Variables in the REPL: {variables}.{history}
+Continue from the turns below; do not redo work that is already done."""
+
+COMPACTED_HISTORY = (" The full earlier conversation is in the REPL variable `{name}`, a list of "
+                     "{{\"role\", \"content\"}} dicts.")
 
 LAST_TURN = """The run has reached its limit ({limit}): no more code will run. Reply now with your \
 best final answer to the query as plain text, using what you have found so far. Query: {query}"""

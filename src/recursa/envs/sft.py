@@ -2,7 +2,10 @@
 
 Each kept run gives one example holding the root conversation exactly as the root model saw it
 (system prompt, first user message, then its replies and the REPL feedback, rebuilt from the
-trace's turn and cell events with the loop's own templates), ending with the root's last reply.
+trace's turn and cell events with the loop's own templates; reminders and nudges are traced
+verbatim, and so is each compaction of the history), ending with the root's last reply. A run
+whose history was compacted gives one more example per compaction: the conversation as it stood
+just before it.
 With `subcalls=True` every sub-model call becomes an example of its own (prompt -> response).
 Lines are `{"messages": [...]}` — the format TRL's SFTTrainer, axolotl's chat_template and the
 OpenAI fine-tuning API read — plus `meta` when asked. Identical examples are written once.
@@ -69,9 +72,21 @@ def _first_messages(root: TraceNode) -> tuple[str, str] | None:
     return None
 
 
-def root_messages(run: Run) -> Messages | None:
-    """The root model's conversation, or None when the trace cannot give it exactly: no traced
-    first messages, a turn without text, or a plain-LLM turn whose tool calls were not traced."""
+def root_calls(run: Run) -> list[tuple[Messages, str]] | None:
+    """Every call of the top-level root model: the exact messages it was sent and its reply,
+    replayed from the trace with the loop's own rules and templates, compactions included.
+
+    None when the trace cannot give them exactly: no traced first messages, a plain-LLM turn
+    whose tool calls were not traced. A turn that failed before the model replied is skipped;
+    an old trace's last turn that kept a draft (KEEP) stops the replay before that turn, since
+    the draft shown to the model was not traced then.
+    """
+    calls = _replay(run)
+    return None if calls is None else [(m, r) for m, r, _ in calls]
+
+
+def _replay(run: Run) -> list[tuple[Messages, str, bool]] | None:
+    """root_calls, each with whether the history was compacted just before it."""
     root = run.root
     if root is None:
         return None
@@ -82,32 +97,88 @@ def root_messages(run: Run) -> Messages | None:
                       {"role": "user", "content": first[1]}]
     query = str(run.query or "")
     turns = [run.nodes[c] for c in root.children if run.nodes[c].kind == "turn"]
-    for i, turn in enumerate(turns):
-        text = turn.data.get("text")
-        if not isinstance(text, str) or not text or turn.data.get("tool_calls"):
-            return None
-        if turn.data.get("last"):
-            if text.strip("`'\". ").upper() == KEEP:
-                break   # the kept draft was shown in a message the trace does not hold
-            msgs.append({"role": "user", "content": prompts.LAST_TURN.format(
-                limit=run.limit or "error", query=query[:500])})
-        msgs.append({"role": "assistant", "content": text})
-        nxt = turns[i + 1] if i + 1 < len(turns) else None
-        if nxt is None or nxt.data.get("last"):
+    regular = [t for t in turns if not t.data.get("last") and _replied(t)]
+    out: list[tuple[Messages, str, bool]] = []
+    compacted = False
+    for turn in turns:
+        for p in turn.points:   # the loop compacted the history before this call (even if the
+            c = p.data.get("compaction")           # call was then refused by the budget)
+            if isinstance(c, dict):
+                msgs[int(c["start"]):int(c["end"])] = [
+                    {"role": str(m["role"]), "content": str(m["content"])}
+                    for m in c["messages"]]
+                compacted = True
+        if not _replied(turn):
             continue
-        cells = [run.nodes[c] for c in turn.children if run.nodes[c].kind == "cell"]
-        if not cells:
-            feedback = prompts.NO_CODE
-        elif len(cells) == 1:
-            feedback = str(cells[0].data.get("output", ""))
-        else:
-            feedback = "\n\n".join(f"[block {j + 1}]\n{c.data.get('output', '')}"
-                                   for j, c in enumerate(cells))
-        msgs.append({"role": "user", "content": feedback + "\n\n" + prompts.CONTINUE.format(
-            query=query[:500])})
-    while msgs and msgs[-1]["role"] != "assistant":
-        msgs.pop()
-    return msgs if len(msgs) >= 3 else None
+        if turn.data.get("tool_calls"):
+            return None
+        text = str(turn.data["text"])
+        if turn.data.get("last"):
+            prompt = turn.data.get("prompt")
+            if not isinstance(prompt, str):      # a trace from before the prompt was traced
+                if text.strip("`'\". ").upper() == KEEP:
+                    break
+                prompt = prompts.LAST_TURN.format(limit=run.limit or "error", query=query[:500])
+            if turn.data.get("merged") and msgs[-1]["role"] == "user":
+                call = [*msgs[:-1], {"role": "user",
+                                     "content": msgs[-1]["content"] + "\n\n" + prompt}]
+            else:
+                call = [*msgs, {"role": "user", "content": prompt}]
+            out.append((call, text, compacted))
+            break
+        out.append((list(msgs), text, compacted))
+        compacted = False
+        msgs.append({"role": "assistant", "content": text})
+        if _ended(turn, run, turn is regular[-1]):
+            continue
+        feedback = turn.data.get("feedback")
+        if not isinstance(feedback, str):
+            cells = [run.nodes[c] for c in turn.children if run.nodes[c].kind == "cell"]
+            if not cells:
+                body = prompts.NO_CODE
+            elif len(cells) == 1:
+                body = str(cells[0].data.get("output", ""))
+            else:
+                body = "\n\n".join(f"[block {j + 1}]\n{c.data.get('output', '')}"
+                                    for j, c in enumerate(cells))
+            feedback = body + "\n\n" + prompts.CONTINUE.format(query=query[:500])
+        msgs.append({"role": "user", "content": feedback})
+    return out
+
+
+def _replied(turn: TraceNode) -> bool:
+    text = turn.data.get("text")
+    return isinstance(text, str) and bool(text)
+
+
+def _ended(turn: TraceNode, run: Run, last_regular: bool) -> bool:
+    """Whether the run stopped after this turn, so no feedback followed it."""
+    if "ended" in turn.data:
+        return bool(turn.data["ended"])
+    # traces from before `ended` was written: a cell committed, or too many failing turns
+    cells = [run.nodes[c] for c in turn.children if run.nodes[c].kind == "cell"]
+    if any(c.data.get("ready") for c in cells):
+        return True
+    return last_regular and run.limit == "max_consecutive_errors"
+
+
+def root_conversations(run: Run) -> list[Messages] | None:
+    """The root's conversations as training examples: the last one as the model saw it at its
+    last turn, and, when the loop compacted the history, also each conversation as it stood
+    just before a compaction (so replies that a compaction later removed are kept too)."""
+    calls = _replay(run)
+    if not calls:
+        return None
+    return [[*msgs, {"role": "assistant", "content": reply}]
+            for i, (msgs, reply, _) in enumerate(calls)
+            if i + 1 == len(calls) or calls[i + 1][2]]
+
+
+def root_messages(run: Run) -> Messages | None:
+    """The root model's conversation as it saw it at its last turn, ending with its last reply;
+    None when the trace cannot give it exactly (see root_calls)."""
+    convs = root_conversations(run)
+    return convs[-1] if convs else None
 
 
 def sub_messages(run: Run) -> list[Messages]:
@@ -172,13 +243,13 @@ def export_sft(paths: Iterable[str | Path], out: str | Path, *, min_reward: floa
             info = {"run_id": run.run_id, "reward": rec.get("reward") if rec else None,
                     "env": rec.get("env") if rec else None,
                     "variant": rec.get("variant") if rec else None, "trace": str(path)}
-            msgs = root_messages(run)
+            convs = root_conversations(run) or []
             subs = sub_messages(run) if subcalls else []
-            if msgs is None and not subs:
+            if not convs and not subs:
                 stats.unusable += 1
                 continue
             stats.kept_runs += 1
-            if msgs is not None:
+            for msgs in convs:
                 add(msgs, info, "root")
             for s in subs:
                 add(s, info, "sub")
