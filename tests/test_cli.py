@@ -78,3 +78,10 @@ def test_no_model_and_no_keys_picks_local_model_and_says_so(tmp_path: Path):
     env = {k: "" for k in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
     p = run(["run", "q", "--context", str(tmp_path / "missing.txt")], env=env)
     assert "using local:qwen2.5-coder-1.5b" in p.stderr.decode()
+
+
+def test_a_missing_local_model_file_fails_before_any_work(tmp_path: Path):
+    ctx = tmp_path / "c.txt"
+    ctx.write_text("data")
+    p = run(["run", "q", "--context", str(ctx), "--model", f"local:{tmp_path}/absent.gguf"])
+    assert p.returncode == 2 and "no such model file" in p.stderr.decode()

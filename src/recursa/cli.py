@@ -85,6 +85,10 @@ def cmd_run(a: argparse.Namespace) -> int:
             api_key = os.environ.get(a.api_key_env)
             if not api_key:
                 raise ValueError(f"--api-key-env {a.api_key_env}: that variable is not set")
+        for spec in {model, a.sub_model} - {None}:
+            if spec.startswith("local:"):
+                from recursa.models.runtime_cli import prepare_local
+                prepare_local(spec)
         rlm = RLM(model=model, sub_model=a.sub_model, base_url=a.base_url, api_key=api_key,
                   sub_base_url=a.sub_base_url, sandbox=a.sandbox, concurrency=a.concurrency,
                   max_output_chars=a.max_output_chars, trace_path=a.trace,
