@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from recursa import RLM, prompts
+from recursa.compaction import history_budget
+from recursa.compaction import msg_tokens as _msg_tokens
 from recursa.envs.sft import root_calls, root_conversations, root_messages
-from recursa.loop import _msg_tokens, history_budget
 from recursa.models.replay import ReplayClient
 from recursa.parse import code_blocks, final_line, final_literal, normalize_code, prose_answer
 from recursa.trace import load

@@ -1,14 +1,13 @@
 """The RLM loop: one root model, one sandboxed REPL, turn after turn until the answer is ready.
 
 `run_loop` serves the top-level run and every child RLM; `RunEnv` is what they share (budget
-ledger, dispatcher, tracer, clients, settings).
+ledger, dispatcher, tracer, clients, settings). What small models get wrong is handled by
+`recursa.guards`; `recursa.compaction` keeps the root's history inside its window.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -19,16 +18,10 @@ from typing import Any
 from recursa import context as ctx
 from recursa import prompts
 from recursa.budget import Budget, Ledger
-from recursa.dispatch import Dispatcher, Node, text_tokens
-from recursa.parse import (
-    cap,
-    code_blocks,
-    final_line,
-    final_literal,
-    format_cell,
-    normalize_code,
-    prose_answer,
-)
+from recursa.compaction import abridge, fit, msg_tokens, push_history
+from recursa.dispatch import Dispatcher, Node
+from recursa.guards import RunHidden, hold_ungrounded, plain_digits, prose, repeated
+from recursa.parse import code_blocks, final_line, final_literal, format_cell, normalize_code
 from recursa.tempdirs import owned_tempdir
 from recursa.trace import Tracer
 from recursa.types import (
@@ -42,9 +35,6 @@ from recursa.types import (
 )
 
 KEEP = "KEEP"
-WINDOW_FILL = 0.85            # compact the root's history beyond this share of its window
-COMPACT_TO = 0.7              # ... down to this share of the budget when it can
-DEFAULT_TURN_TOKENS = 1024    # the root's output cap when neither its options nor client say
 
 
 @dataclass
@@ -129,7 +119,7 @@ async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
 
         messages = _first_messages(env, query, prep.description)
         st.first_user = messages[1]["content"]
-        st.seen.append(_digits(st.first_user))
+        st.seen.append(plain_digits(st.first_user))
         st.full = list(messages)
         env.tracer.emit("run", parent=run_ev, depth=depth, system=messages[0]["content"],
                         first_user=messages[1]["content"])
@@ -169,8 +159,11 @@ async def _turns(env: RunEnv, st: _State, sandbox: Sandbox,
     b = env.budget
     role = "root" if depth == 0 else "child"
 
-    async def push_history() -> str | None:
-        return await _push_history(st, sandbox, ready)
+    async def run_hidden(code: str) -> bool:
+        return await _run_hidden(sandbox, ready, code)
+
+    async def push() -> str | None:
+        return await push_history(st, run_hidden)
 
     while True:
         st.limit = env.ledger.limit_reached(subcalls=False) or (
@@ -180,7 +173,7 @@ async def _turns(env: RunEnv, st: _State, sandbox: Sandbox,
         turn_ev = env.tracer.emit("turn", phase="start", parent=run_ev, depth=depth,
                                   turn=st.turns + 1)
         try:
-            await _fit(env, st, messages, 0, turn_ev, depth, push_history)
+            await fit(env, st, messages, 0, turn_ev, depth, push)
             comp = await env.dispatcher.call_model(env.root_client, messages, role=role,
                                                    subcall=False, options=env.root_options)
         except BudgetExceeded as e:
@@ -198,66 +191,64 @@ async def _turns(env: RunEnv, st: _State, sandbox: Sandbox,
         env.tracer.emit("turn", id=turn_ev, phase="update", parent=run_ev, depth=depth,
                         usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, model=comp.model)
         _append(st, messages, {"role": "assistant", "content": comp.text})
-        blocks = code_blocks(comp.text)
-        bare = None
-        if not blocks:     # a `FINAL(...)` line outside any fence runs as code
-            bare = final_line(comp.text)
-            blocks = [bare] if bare else []
-        code = normalize_code(blocks)
-        extra: dict[str, Any] = {}
-        nudge: str | None = None      # a message other than the outputs or NO_CODE
-        failed_turn = True
-        if blocks and code == st.last_code and not st.last_called:
-            nudge = _repeated(st, extra)      # the same code as the last turn that ran
-        elif blocks:
-            await ready()
-            failed_turn = await _run_blocks(env, st, sandbox, node, blocks, bare, code, turn_ev,
-                                            depth, extra)
-        else:
-            nudge = await _prose(env, st, sandbox, ready, comp.text, extra)
-        if st.final is not None and not st.held:
-            number = _ungrounded(st, st.final, "\n".join(blocks) if blocks else comp.text)
-            if number:      # a number written into the answer but never seen: ask once
-                st.held = True
-                extra["held"] = {"answer": st.final, "number": number}
-                st.answer = {"content": st.final, "ready": False}
-                st.final = None
-                st.last_code = None     # sending the same commit again confirms it
-                await _run_hidden(sandbox, ready, f"answer = {st.answer!r}")
-                held = prompts.UNGROUNDED.format(number=number)
-                nudge = f"{st.last_shown}\n\n{held}" if blocks else held
-        ended = st.final is not None
-        if not ended:
-            st.consecutive_errors = st.consecutive_errors + 1 if failed_turn else 0
-            ended = st.consecutive_errors >= b.max_consecutive_errors
-        feedback = None
-        if not ended:
-            body = nudge if nudge is not None else (
-                st.last_shown if blocks else prompts.NO_CODE)
-            feedback = body + "\n\n" + prompts.CONTINUE.format(query=query[:500])
-            if nudge is not None:      # not rebuilt from the cells: traced as it was sent
-                extra["feedback"] = feedback
+        extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, feedback
+        blocks, nudge, failed = await _act_on_reply(env, st, sandbox, ready, run_hidden, node,
+                                                    comp.text, turn_ev, depth, extra)
+        feedback = _feedback(env, st, blocks, nudge, failed, query, extra)
         env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth,
                         text=comp.text, usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
                         model=comp.model, latency_s=round(comp.latency_s, 4), blocks=len(blocks),
-                        ended=ended, **extra)
+                        ended=feedback is None, **extra)
         if st.final is not None:
             return
-        if ended:
+        if feedback is None:
             st.limit = "max_consecutive_errors"
             return
-        assert feedback is not None
         _append(st, messages, {"role": "user", "content": feedback})
 
 
-def _repeated(st: _State, extra: dict[str, Any]) -> str:
-    """The reminder for a turn whose code is the last code that ran: it is not run again."""
-    extra["repeat_of"] = st.last_turn
-    st.log.append(f"Turn {st.turns}: sent turn {st.last_turn}'s code again (not run).")
-    what = prompts.REPEATED_FAILED if st.last_failed else prompts.REPEATED_OK
-    return prompts.REPEATED.format(turn=st.last_turn, what=what.format(
-        output=cap(st.last_shown, 600)),
-        todo=prompts.TODO_FAILED if st.last_failed else prompts.TODO_OK)
+async def _act_on_reply(env: RunEnv, st: _State, sandbox: Sandbox,
+                        ready: Callable[[], Awaitable[None]], run_hidden: RunHidden, node: Node,
+                        text: str, turn_ev: str, depth: int,
+                        extra: dict[str, Any]) -> tuple[list[str], str | None, bool]:
+    """Run the reply's code (unless it is the last code that ran, sent again) or read its prose;
+    hold a commit of something never shown. Returns the code blocks, the nudge to send instead
+    of the outputs or NO_CODE (None if none), and whether the turn failed."""
+    blocks = code_blocks(text)
+    bare = None
+    if not blocks:     # a `FINAL(...)` line outside any fence runs as code
+        bare = final_line(text)
+        blocks = [bare] if bare else []
+    code = normalize_code(blocks)
+    nudge: str | None = None
+    failed_turn = True
+    if blocks and code == st.last_code and not st.last_called:
+        nudge = repeated(st, extra)      # the same code as the last turn that ran
+    elif blocks:
+        await ready()
+        failed_turn = await _run_blocks(env, st, sandbox, node, blocks, bare, code, turn_ev,
+                                        depth, extra)
+    else:
+        nudge = await prose(st, text, extra, run_hidden)
+    held = await hold_ungrounded(st, "\n".join(blocks) if blocks else text, bool(blocks), extra,
+                                 run_hidden)
+    return blocks, held or nudge, failed_turn
+
+
+def _feedback(env: RunEnv, st: _State, blocks: list[str], nudge: str | None, failed_turn: bool,
+              query: str, extra: dict[str, Any]) -> str | None:
+    """The next user message, or None when the turns end: the answer is final, or too many
+    turns in a row failed."""
+    if st.final is not None:
+        return None
+    st.consecutive_errors = st.consecutive_errors + 1 if failed_turn else 0
+    if st.consecutive_errors >= env.budget.max_consecutive_errors:
+        return None
+    body = nudge if nudge is not None else (st.last_shown if blocks else prompts.NO_CODE)
+    feedback = body + "\n\n" + prompts.CONTINUE.format(query=query[:500])
+    if nudge is not None:      # not rebuilt from the cells: traced as it was sent
+        extra["feedback"] = feedback
+    return feedback
 
 
 async def _run_blocks(env: RunEnv, st: _State, sandbox: Sandbox, node: Node, blocks: list[str],
@@ -286,7 +277,7 @@ async def _run_blocks(env: RunEnv, st: _State, sandbox: Sandbox, node: Node, blo
                         elapsed_s=round(cell.elapsed_s, 4), timed_out=cell.timed_out,
                         restarted=cell.restarted, ready=cell.final is not None)
         outputs.append(shown if len(blocks) == 1 else f"[block {i + 1}]\n{shown}")
-        st.seen.append(_digits(shown))
+        st.seen.append(plain_digits(shown))
         if cell.final is not None:
             st.final = cell.final
             break
@@ -298,36 +289,9 @@ async def _run_blocks(env: RunEnv, st: _State, sandbox: Sandbox, node: Node, blo
     st.last_shown = "\n\n".join(outputs)
     st.last_failed = failed == len(blocks)
     st.last_called = st.model_calls > calls0
-    st.log.append(f"Turn {st.turns} ran:\n{_abridge(chr(10).join(blocks), 240)}\n"
-                  f"Output: {_abridge(st.last_shown, 160)}")
+    st.log.append(f"Turn {st.turns} ran:\n{abridge(chr(10).join(blocks), 240)}\n"
+                  f"Output: {abridge(st.last_shown, 160)}")
     return st.last_failed
-
-
-async def _prose(env: RunEnv, st: _State, sandbox: Sandbox,
-                 ready: Callable[[], Awaitable[None]], text: str,
-                 extra: dict[str, Any]) -> str | None:
-    """A reply without code that states an answer, once some code has run (design note 10):
-    "Final answer: X" commits X; a short reply, or "Answer: X", becomes the draft
-    answer["content"] (unless code already built a different draft), and the same draft stated
-    again commits it. Returns the nudge to send, or None for the plain NO_CODE message.
-    """
-    st.log.append(f"Turn {st.turns} replied without code: {_abridge(text.strip(), 200)}")
-    found = prose_answer(text) if st.cells_run else None   # before any output: a guess
-    if found is None:
-        return None
-    explicit, answer = found
-    if explicit or answer == st.prose_draft:
-        st.final = answer
-        extra["prose_answer"] = {"kind": "final", "content": answer}
-        return None
-    current = str(st.answer.get("content") or "")
-    if current and current != st.prose_draft:
-        return None        # code built a draft: a sentence does not replace it
-    st.prose_draft = answer
-    st.answer = {"content": answer, "ready": False}
-    await _run_hidden(sandbox, ready, f"answer[{'content'!r}] = {answer!r}")
-    extra["prose_answer"] = {"kind": "draft", "content": answer}
-    return prompts.DRAFT.format(draft=answer)
 
 
 async def _run_hidden(sandbox: Sandbox, ready: Callable[[], Awaitable[None]],
@@ -341,185 +305,9 @@ async def _run_hidden(sandbox: Sandbox, ready: Callable[[], Awaitable[None]],
     return cell.error is None
 
 
-async def _push_history(st: _State, sandbox: Sandbox,
-                        ready: Callable[[], Awaitable[None]]) -> str | None:
-    """Put the whole conversation so far in the REPL as a list of messages; its name."""
-    name = st.history_var or ("history" if "history" not in st.variables else "full_history")
-    data = json.dumps(st.full, ensure_ascii=False)
-    ok = await _run_hidden(sandbox, ready, f"{name} = __import__('json').loads({data!r})")
-    if ok:
-        st.history_var = name
-    return name if ok else None
-
-
-_NUMBER = re.compile(r"(?<![\d.])\d[\d,]*\d(?![\d])")
-
-
-def _digits(text: str) -> str:
-    """`text` with thousands separators inside numbers dropped (42,733 -> 42733)."""
-    return re.sub(r"(?<=\d),(?=\d{3})", "", text)
-
-
-def _ungrounded(st: _State, answer: str, source: str) -> str | None:
-    """What the model wrote into its answer by hand (it is in the code or text that committed
-    it) but no output ever showed: a number of three or more digits that neither an output nor
-    the query holds, or, for an answer typed whole as a literal, content words of which not one
-    appears in any output (the query's own words do not count as evidence)."""
-    seen = "\n".join(st.seen)
-    for m in _NUMBER.finditer(answer):
-        number = _digits(m.group())
-        if len(number) < 3 or m.group() not in source:
-            continue
-        if not re.search(rf"(?<!\d){re.escape(number)}(?!\d)", seen):
-            return m.group()
-    if answer.strip() not in source:     # computed by code, not typed: not a guess
-        return None
-    outputs = "\n".join(st.seen[1:]).lower()          # st.seen[0] is the first user message
-    asked = set(_WORD.findall(st.first_user.lower()))
-    words = [w for w in dict.fromkeys(_WORD.findall(answer.lower()))
-             if w not in _STOP and w not in asked]
-    if len(words) >= 2 and not any(re.search(rf"\b{w}\b", outputs) for w in words):
-        return ", ".join(repr(w) for w in words[:3])
-    return None
-
-
-_WORD = re.compile(r"[a-z][a-z'-]{3,}")
-_STOP = frozenset("""that this with from were have been which their there they them then than
-what when where will would could should about into over also only some such more most very
-your yours answer final none unknown found because after before other these those while""".split())
-
-
 def _append(st: _State, messages: list[Message], msg: Message) -> None:
     messages.append(msg)
     st.full.append(msg)
-
-
-def _abridge(text: str, limit: int) -> str:
-    text = text.strip()
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f" ... [{len(text) - limit:,} more characters]"
-
-
-# ------------------------------------------------------------------ compaction
-_DIGIT = re.compile(r"\d")
-
-
-def _tokens(text: str) -> int:
-    """text_tokens, plus digits at one token each (tokenizers such as Qwen's split numbers
-    into single digits, which chars/4 undercounts four-fold)."""
-    return text_tokens(text) + (3 * len(_DIGIT.findall(text))) // 4
-
-
-def _msg_tokens(messages: list[Message]) -> int:
-    return sum(_tokens(str(m.get("content", ""))) + 5 for m in messages)
-
-
-def history_budget(env: RunEnv) -> int | None:
-    """The most tokens of messages the root may be sent, or None when nothing bounds it."""
-    client = env.root_client
-    window = getattr(client, "context_window", None) or getattr(client, "n_ctx", None)
-    bounds = []
-    if window:
-        out = env.root_options.get("max_tokens") or \
-            (getattr(client, "default_options", None) or {}).get("max_tokens") or \
-            DEFAULT_TURN_TOKENS
-        bounds.append(int(int(window) * WINDOW_FILL) - min(int(out), int(window) // 4))
-    if env.max_history_tokens:
-        bounds.append(int(env.max_history_tokens))
-    return min(bounds) if bounds else None
-
-
-async def _fit(env: RunEnv, st: _State, messages: list[Message], extra_tokens: int,
-               turn_ev: str, depth: int,
-               push: Callable[[], Awaitable[str | None]] | None) -> None:
-    """Compact `messages` in place when they (plus `extra_tokens` still to come) would not fit
-    the root's window; trace the exact replacement (design note 11)."""
-    budget = history_budget(env)
-    if budget is None:
-        return
-    before = _msg_tokens(messages) + extra_tokens
-    if before <= budget or len(messages) <= 2:   # nothing but the system and query messages
-        return
-    var = await push() if push is not None else st.history_var
-    start, end, new = _compact(st, messages, budget - extra_tokens, var)
-    messages[start:end] = new
-    env.tracer.emit("turn", parent=turn_ev, depth=depth, compaction={
-        "start": start, "end": end, "messages": new, "tokens_before": before,
-        "tokens_after": _msg_tokens(messages) + extra_tokens, "budget": budget,
-        "history_var": var})
-
-
-def _compact(st: _State, messages: list[Message], budget: int,
-             var: str | None) -> tuple[int, int, list[Message]]:
-    """Replace messages[1:end] by the first user message with a summary of the turns removed,
-    keeping the last two exchanges, or one. It aims at COMPACT_TO of the budget, so that the
-    next turns do not compact again at once; if even one exchange does not fit the budget (a
-    long output), its messages are cut down."""
-    head = messages[:1]
-    starts = [i for i, m in enumerate(messages) if i >= 2 and m["role"] == "assistant"]
-    aim = int(budget * COMPACT_TO)
-    for target, keep in ((aim, 2), (aim, 1), (budget, 1)):
-        cut = starts[-min(keep, len(starts))] if starts else len(messages)
-        tail = messages[cut:]
-        kept = sum(m["role"] == "assistant" for m in tail)
-        rest = _msg_tokens([*head, {"content": st.first_user}, *tail])
-        # the summary never crowds out the live turns, but lists a turn or two if it can
-        room = min(budget // 4, max(min(aim, target) - rest, (budget - rest) // 2))
-        first = _summary_message(st, st.turns - kept, var, room)
-        if _msg_tokens([*head, first, *tail]) <= target:
-            return 1, cut, [first]
-    first = _summary_message(st, st.turns - kept, var, 0)
-    room = max(0, budget - _msg_tokens([*head, first]))
-    cut_tail = []
-    for j, m in enumerate(tail):
-        short = _shrink(str(m["content"]), room // max(1, len(tail) - j) - 5)
-        room -= _msg_tokens([{"content": short}])
-        cut_tail.append({"role": m["role"], "content": short})
-    return 1, len(messages), [first, *cut_tail]
-
-
-def _summary_message(st: _State, removed: int, var: str | None, room: int) -> Message:
-    """The first user message plus what turns 1..removed did, within `room` tokens (at least
-    the frame with the variables)."""
-    if removed <= 0:
-        return {"role": "user", "content": st.first_user}
-    history = prompts.COMPACTED_HISTORY.format(name=var) if var else ""
-    variables = ", ".join(st.variables) or "(none)"
-    entries = st.log[:max(0, removed)]
-
-    def build(items: list[str]) -> Message:
-        skipped = len(entries) - len(items)
-        lines = ([f"(turns 1-{skipped} not listed)"] if skipped else []) + items
-        text = prompts.COMPACTED.format(first=1, last=max(1, removed),
-                                        items="\n".join(lines) or "(nothing)",
-                                        variables=variables, history=history)
-        return {"role": "user", "content": st.first_user + "\n\n" + text}
-
-    items: list[str] = []
-    msg = build(items)
-    for entry in reversed(entries):     # the most recent turns first, while they fit
-        trial = build([entry, *items])
-        if _msg_tokens([trial]) - _msg_tokens([{"content": st.first_user}]) > room:
-            break
-        items.insert(0, entry)
-        msg = trial
-    return msg
-
-
-def _shrink(text: str, tokens: int) -> str:
-    """`text` cut in the middle to about `tokens` tokens, saying how much was cut."""
-    if _tokens(text) <= tokens:
-        return text
-    keep = max(0, len(text) * tokens // max(1, _tokens(text)) - 80)
-    while True:
-        head = text[:keep * 2 // 3]
-        tail = text[len(text) - keep // 3:] if keep // 3 else ""
-        out = (f"{head}\n... [{len(text) - len(head) - len(tail):,} characters cut to fit the "
-               f"context window] ...\n{tail}")
-        if _tokens(out) <= tokens or keep == 0:
-            return out
-        keep = keep * 3 // 4
 
 
 async def _last_turn(env: RunEnv, st: _State, messages: list[Message], query: str, depth: int,
@@ -534,7 +322,8 @@ async def _last_turn(env: RunEnv, st: _State, messages: list[Message], query: st
     merged = messages[-1]["role"] == "user"
     turn_ev = env.tracer.emit("turn", phase="start", parent=run_ev, depth=depth, last=True,
                               prompt=msg, merged=merged)
-    await _fit(env, st, messages, _tokens(msg) + 5, turn_ev, depth, None)
+    await fit(env, st, messages, msg_tokens([{"role": "user", "content": msg}]), turn_ev,
+              depth, None)
     if merged:
         call = [*messages[:-1], {"role": "user",
                                  "content": messages[-1]["content"] + "\n\n" + msg}]

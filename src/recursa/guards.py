@@ -1,0 +1,113 @@
+"""What small models get wrong, handled by the loop the same way for every task (design note 10):
+a cell sent again, an answer stated in prose, an answer with a number (or words) typed in that no
+output ever showed.
+
+Each guard reads and updates the run's state, records what it did in the turn's end event
+(`extra`) and returns the message to send the model instead of the plain feedback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from recursa import prompts
+from recursa.compaction import abridge
+from recursa.parse import cap, prose_answer
+
+if TYPE_CHECKING:
+    from recursa.loop import _State
+
+RunHidden = Callable[[str], Awaitable[bool]]   # runs harness code in the REPL; True if it ran
+
+_NUMBER = re.compile(r"(?<![\d.])\d[\d,]*\d(?![\d])")
+_WORD = re.compile(r"[a-z][a-z'-]{3,}")
+_STOP = frozenset("""that this with from were have been which their there they them then than
+what when where will would could should about into over also only some such more most very
+your yours answer final none unknown found because after before other these those while""".split())
+
+
+def plain_digits(text: str) -> str:
+    """`text` with thousands separators inside numbers dropped (42,733 -> 42733)."""
+    return re.sub(r"(?<=\d),(?=\d{3})", "", text)
+
+
+def repeated(st: _State, extra: dict[str, Any]) -> str:
+    """The reminder for a turn whose code is the last code that ran: it is not run again."""
+    extra["repeat_of"] = st.last_turn
+    st.log.append(f"Turn {st.turns}: sent turn {st.last_turn}'s code again (not run).")
+    what = prompts.REPEATED_FAILED if st.last_failed else prompts.REPEATED_OK
+    return prompts.REPEATED.format(turn=st.last_turn, what=what.format(
+        output=cap(st.last_shown, 600)),
+        todo=prompts.TODO_FAILED if st.last_failed else prompts.TODO_OK)
+
+
+async def prose(st: _State, text: str, extra: dict[str, Any],
+                run_hidden: RunHidden) -> str | None:
+    """A reply without code that states an answer, once some code has run (design note 10):
+    "Final answer: X" commits X; a short reply, or "Answer: X", becomes the draft
+    answer["content"] (unless code already built a different draft), and the same draft stated
+    again commits it. Returns the nudge to send, or None for the plain NO_CODE message.
+    """
+    st.log.append(f"Turn {st.turns} replied without code: {abridge(text.strip(), 200)}")
+    found = prose_answer(text) if st.cells_run else None   # before any output: a guess
+    if found is None:
+        return None
+    explicit, answer = found
+    if explicit or answer == st.prose_draft:
+        st.final = answer
+        extra["prose_answer"] = {"kind": "final", "content": answer}
+        return None
+    current = str(st.answer.get("content") or "")
+    if current and current != st.prose_draft:
+        return None        # code built a draft: a sentence does not replace it
+    st.prose_draft = answer
+    st.answer = {"content": answer, "ready": False}
+    await run_hidden(f"answer[{'content'!r}] = {answer!r}")
+    extra["prose_answer"] = {"kind": "draft", "content": answer}
+    return prompts.DRAFT.format(draft=answer)
+
+
+async def hold_ungrounded(st: _State, source: str, ran_code: bool, extra: dict[str, Any],
+                          run_hidden: RunHidden) -> str | None:
+    """The first commit whose answer holds what was typed in by hand but never shown (see
+    `ungrounded`; `source` is the code or text that committed it) is held once: it stays the
+    draft, and the returned nudge (after the turn's output when `ran_code`) asks for the
+    evidence. None when nothing is held; a second commit is accepted whatever it is."""
+    if st.final is None or st.held:
+        return None
+    number = ungrounded(st, st.final, source)
+    if not number:
+        return None
+    st.held = True
+    extra["held"] = {"answer": st.final, "number": number}
+    st.answer = {"content": st.final, "ready": False}
+    st.final = None
+    st.last_code = None     # sending the same commit again confirms it
+    await run_hidden(f"answer = {st.answer!r}")
+    held = prompts.UNGROUNDED.format(number=number)
+    return f"{st.last_shown}\n\n{held}" if ran_code else held
+
+
+def ungrounded(st: _State, answer: str, source: str) -> str | None:
+    """What the model wrote into its answer by hand (it is in the code or text that committed
+    it) but no output ever showed: a number of three or more digits that neither an output nor
+    the query holds, or, for an answer typed whole as a literal, content words of which not one
+    appears in any output (the query's own words do not count as evidence)."""
+    seen = "\n".join(st.seen)
+    for m in _NUMBER.finditer(answer):
+        number = plain_digits(m.group())
+        if len(number) < 3 or m.group() not in source:
+            continue
+        if not re.search(rf"(?<!\d){re.escape(number)}(?!\d)", seen):
+            return m.group()
+    if answer.strip() not in source:     # computed by code, not typed: not a guess
+        return None
+    outputs = "\n".join(st.seen[1:]).lower()          # st.seen[0] is the first user message
+    asked = set(_WORD.findall(st.first_user.lower()))
+    words = [w for w in dict.fromkeys(_WORD.findall(answer.lower()))
+             if w not in _STOP and w not in asked]
+    if len(words) >= 2 and not any(re.search(rf"\b{w}\b", outputs) for w in words):
+        return ", ".join(repr(w) for w in words[:3])
+    return None
