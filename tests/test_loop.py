@@ -276,3 +276,23 @@ def test_final_of_the_answer_dict_commits_its_content():
     res = RLM(model=ReplayClient(root_script(repl(code))), sandbox="local").completion(
         "q", context=CTX)
     assert res.answer == "built up" and res.status == "final"
+
+
+def test_a_model_call_cut_by_max_seconds_is_a_limit_not_an_error(tmp_path: Path):
+    """The client gives up at the run's deadline (the timeout the dispatcher passed it)."""
+    import asyncio as _asyncio
+
+    from recursa.types import ModelError
+
+    class Slow:
+        name = "replay:slow"
+
+        async def complete(self, messages, **options):
+            await _asyncio.sleep(float(options.get("timeout") or 5))
+            raise ModelError(f"no reply within {options.get('timeout')} s", retryable=True)
+
+        async def aclose(self):
+            pass
+
+    res = RLM(model=Slow(), sandbox="inprocess", max_seconds=1.0).completion("q", context="x")
+    assert (res.status, res.limit) == ("limit", "max_seconds"), (res.status, res.error)

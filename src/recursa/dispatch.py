@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 from recursa.budget import Ledger
 from recursa.context import estimate_tokens
 from recursa.trace import Tracer
-from recursa.types import BudgetExceeded, Completion, Message, ModelClient, RecursaError
+from recursa.types import (
+    BudgetExceeded,
+    Completion,
+    Message,
+    ModelClient,
+    ModelError,
+    RecursaError,
+)
 
 if TYPE_CHECKING:
     from recursa.tools import ToolSet
@@ -114,6 +121,13 @@ class Dispatcher:
                 self.peak_inflight = max(self.peak_inflight, self.inflight)
                 try:
                     comp = await client.complete(messages, **options)
+                except ModelError as e:
+                    # the run's own wall-time limit cut the call: a limit, not a model failure
+                    if remaining is not None and not force and \
+                            self.ledger.limit_reached(subcalls=False) == "max_seconds":
+                        raise BudgetExceeded("max_seconds", f"max_seconds reached during a "
+                                             f"call to {client.name} ({e})") from e
+                    raise
                 finally:
                     self.inflight -= 1
             if comp.cost_usd:

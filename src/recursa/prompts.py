@@ -39,6 +39,7 @@ Output: 184023, then the start of some meeting notes.
 Turn 2:
 ```repl
 import re
+# the query's rarest word alone: a longer phrase may be worded differently in the text
 hits = [m.start() for m in re.finditer("ada", context, re.IGNORECASE)]
 print(len(hits))
 pieces = [context[max(0, i - 500):i + 4000] for i in hits[:5]]
