@@ -26,12 +26,13 @@ system:
 	  else echo "note: missing system packages:$$missing (sudo apt-get install$$missing)"; fi; \
 	fi
 
-# The local runtime (llama.cpp's server, built once for a portable CPU profile, about 4 minutes on
+# The local runtime (llama.cpp's server, built once for a portable CPU profile, about 5.5 minutes on
 # 2 cores) and the models: the default 1.5B, and the tiny one the portability test emulates.
 model: install
 	$(BIN)/recursa runtime build
 	$(BIN)/recursa models fetch qwen2.5-coder-1.5b
 	$(BIN)/recursa models fetch smollm2-135m
+	$(BIN)/recursa runtime check --model smollm2-135m   # a 2-token generation on this CPU
 
 demo: model
 	$(BIN)/python examples/demo.py
