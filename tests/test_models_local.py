@@ -141,6 +141,20 @@ async def test_root_history_survives_a_batch_of_subcalls(smol):
     await c.aclose()
 
 
+@pytest.mark.model
+async def test_subcalls_reuse_a_prefix_they_share(smol):
+    """A batch whose prompts share a long instruction reads it once, not once per prompt."""
+    c = LocalClient(str(smol), n_ctx=4096, slots=2)
+    shared = "Instructions: " + "classify the topic of the record below carefully. " * 60
+    first = await c.complete([{"role": "user", "content": shared + "Record: rivers."}],
+                             max_tokens=2, temperature=0, ignore_eos=True)
+    later = await c.complete([{"role": "user", "content": shared + "Record: copper."}],
+                             max_tokens=2, temperature=0, ignore_eos=True)
+    assert first.usage.input_tokens > 500
+    assert later.raw["timings"]["cache_n"] >= first.usage.input_tokens - 16, later.raw["timings"]
+    await c.aclose()
+
+
 def _root_with_a_subcall(messages):
     """A scripted root whose sub-call is in flight when the model process is killed."""
     if sum(m["role"] == "assistant" for m in messages) == 0:
