@@ -165,8 +165,8 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """Two processes fetching the same model wait for each other instead of racing."""
+def file_lock(path: Path) -> Iterator[None]:
+    """Two processes fetching (or building) the same thing wait for each other, not race."""
     lock_path = path.with_name(path.name + ".lock")
     with open(lock_path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -313,7 +313,7 @@ def fetch_model(name: str, cache_dir: str | os.PathLike[str] | None = None, *,
 
     if _marker_ok(dest, spec):
         return dest
-    with _file_lock(dest):
+    with file_lock(dest):
         if _marker_ok(dest, spec):  # another process finished while we waited
             return dest
         if dest.exists():

@@ -19,8 +19,6 @@ The model runs in that server process, outside the host (see `llama_server.py`).
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -32,10 +30,11 @@ import sys
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from ..types import RecursaError
+from .fetch import file_lock, sha256_file
 
 log = logging.getLogger("recursa.models")
 
@@ -142,17 +141,6 @@ def find_server(*, build: bool = True, progress: ProgressFn | None = None) -> Pa
     return build_server(progress=progress)
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _tool(name: str) -> str | None:
     """A build tool from PATH or from this interpreter's environment (the `cmake` and `ninja`
     PyPI packages of the `local` extra install their binaries there)."""
@@ -171,7 +159,7 @@ def _download_sdist(dest: Path, say: ProgressFn) -> Path:
     if not got.is_file():
         raise RuntimeError_(f"pip download {SDIST_NAME}=={SDIST_VERSION} failed "
                             f"(exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
-    digest = hashlib.sha256(got.read_bytes()).hexdigest()
+    digest = sha256_file(got)
     if digest != SDIST_SHA256:
         got.unlink()
         raise RuntimeError_(f"{SDIST_FILE}: sha256 {digest} does not match the pinned "
@@ -205,7 +193,8 @@ def build_server(profile: str | None = None, *, force: bool = False,
         if progress:
             progress(msg)
 
-    with _lock(out.parent.with_name(out.parent.name + ".lock")):
+    out.parent.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(out.parent):
         if not force and is_built(profile):
             return out
         cmake, ninja = _tool("cmake"), _tool("ninja")
