@@ -261,6 +261,15 @@ def test_worded_answers_backed_by_output_or_code_commit_at_once(tmp_path: Path,
     assert res.status == "final" and res.turns == 2
 
 
+def test_an_empty_answer_is_never_committed(tmp_path: Path) -> None:
+    empty = repl('best = ""\nanswer["content"] = best\nanswer["ready"] = True')
+    res, root, run_ = run([empty, empty, repl('FINAL("line 0001")')], tmp_path)
+    assert (res.status, res.answer, res.turns) == ("final", "line 0001", 3)
+    assert "Not committed: the answer is empty" in root.calls[1][-1]["content"]
+    assert "Not committed: the answer is empty" in root.calls[2][-1]["content"]
+    assert_rebuilt_exactly(root, run_)
+
+
 # ------------------------------------------------------------------ compaction
 def test_history_budget() -> None:
     def env(window: int | None, max_tokens: int | None = None, cap: int | None = None) -> Any:

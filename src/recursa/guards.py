@@ -75,6 +75,9 @@ async def hold_ungrounded(st: _State, source: str, ran_code: bool, extra: dict[s
     `ungrounded`; `source` is the code or text that committed it) is held once: it stays the
     draft, and the returned nudge (after the turn's output when `ran_code`) asks for the
     evidence. None when nothing is held; a second commit is accepted whatever it is."""
+    if st.final is not None and not st.final.strip():    # never a right answer: every time
+        extra["held"] = {"answer": st.final, "empty": True}
+        return await _unready(st, ran_code, prompts.EMPTY_ANSWER, run_hidden)
     if st.final is None or st.held:
         return None
     number = ungrounded(st, st.final, source)
@@ -82,12 +85,17 @@ async def hold_ungrounded(st: _State, source: str, ran_code: bool, extra: dict[s
         return None
     st.held = True
     extra["held"] = {"answer": st.final, "number": number}
+    return await _unready(st, ran_code, prompts.UNGROUNDED.format(number=number), run_hidden)
+
+
+async def _unready(st: _State, ran_code: bool, note: str, run_hidden: RunHidden) -> str:
+    """Turn the commit back into a draft (in the REPL too); the nudge, after the turn's output
+    when code ran."""
     st.answer = {"content": st.final, "ready": False}
     st.final = None
     st.last_code = None     # sending the same commit again confirms it
     await run_hidden(f"answer = {st.answer!r}")
-    held = prompts.UNGROUNDED.format(number=number)
-    return f"{st.last_shown}\n\n{held}" if ran_code else held
+    return f"{st.last_shown}\n\n{note}" if ran_code else note
 
 
 def ungrounded(st: _State, answer: str, source: str) -> str | None:

@@ -93,6 +93,10 @@ evidence with code first: search `context` for the query's most specific words o
 (ignoring case), print what you find, and read long pieces with llm_query. Only if you are sure, \
 commit the same answer again."""
 
+EMPTY_ANSWER = """Not committed: the answer is empty. Print the values your code computed to see \
+where it went wrong (a search or a filter that matched nothing?), fix it, and commit a \
+non-empty answer."""
+
 COMPACTED = """[Turns {first}-{last} were removed from this conversation to fit the model's context \
 window. What they did:]
 {items}
