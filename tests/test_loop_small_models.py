@@ -16,7 +16,14 @@ from recursa.compaction import history_budget
 from recursa.compaction import msg_tokens as _msg_tokens
 from recursa.envs.sft import root_calls, root_conversations, root_messages
 from recursa.models.replay import ReplayClient
-from recursa.parse import code_blocks, final_line, final_literal, normalize_code, prose_answer
+from recursa.parse import (
+    code_blocks,
+    final_line,
+    final_literal,
+    normalize_code,
+    plain_answer,
+    prose_answer,
+)
 from recursa.trace import load
 from recursa.types import Completion, Message
 
@@ -376,3 +383,13 @@ def test_every_new_path_in_one_run_is_rebuilt_exactly(tmp_path: Path) -> None:
              if k in t.data]
     assert kinds == ["repeat_of", "prose_answer", "held"]
     assert_rebuilt_exactly(root, run_)
+
+
+@pytest.mark.parametrize("reply,answer", [
+    ("```repl\n29785\n```", "29785"),
+    ('FINAL("Lyon")', "Lyon"),
+    ("```python\nFINAL('Lyon')\n```", "Lyon"),
+    ("The city is Lyon.", "The city is Lyon."),
+])
+def test_last_turn_answers_are_plain_text(reply: str, answer: str) -> None:
+    assert plain_answer(reply) == answer

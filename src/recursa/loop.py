@@ -21,7 +21,14 @@ from recursa.budget import Budget, Ledger
 from recursa.compaction import abridge, fit, msg_tokens, push_history
 from recursa.dispatch import Dispatcher, Node
 from recursa.guards import RunHidden, hold_ungrounded, plain_digits, prose, repeated
-from recursa.parse import code_blocks, final_line, final_literal, format_cell, normalize_code
+from recursa.parse import (
+    code_blocks,
+    final_line,
+    final_literal,
+    format_cell,
+    normalize_code,
+    plain_answer,
+)
 from recursa.tempdirs import owned_tempdir
 from recursa.trace import Tracer
 from recursa.types import (
@@ -342,7 +349,7 @@ async def _last_turn(env: RunEnv, st: _State, messages: list[Message], query: st
     env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth, text=comp.text,
                     usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, last=True,
                     model=comp.model, latency_s=round(comp.latency_s, 4))
-    text = comp.text.strip()
+    text = plain_answer(comp.text)
     st.answer = {"content": draft if (draft and text.strip("`'\". ").upper() == KEEP) else text,
                  "ready": False}
 

@@ -89,6 +89,18 @@ def prose_answer(text: str) -> tuple[bool, str] | None:
     return None
 
 
+def plain_answer(text: str) -> str:
+    """A last-turn reply as answer text: a reply that is only a fenced block gives the block's
+    body, and a lone `FINAL(...)` line the text it commits (small models answer in code)."""
+    text = text.strip()
+    blocks = code_blocks(text)
+    if blocks and not outside_fences(text).strip():
+        text = "\n".join(b.strip() for b in blocks)
+    if final_line(text) == text:
+        text = final_literal(text)
+    return text
+
+
 def normalize_code(blocks: list[str]) -> str:
     """A turn's code as a string of Python tokens, without comments, blank lines or the spaces
     between tokens, to tell a repeated cell; code that does not tokenize has its whitespace
