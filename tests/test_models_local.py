@@ -63,6 +63,7 @@ def smol() -> Path:
 
 @pytest.fixture(autouse=True)
 def _fresh_servers():
+    llama_server.stop_all()      # servers other test modules left running in this process
     yield
     llama_server.stop_all()
 
