@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from recursa import prompts
 from recursa.dispatch import text_tokens
-from recursa.types import Message
+from recursa.types import Message, context_window
 
 if TYPE_CHECKING:
     from recursa.loop import RunEnv, _State
@@ -41,7 +41,7 @@ def msg_tokens(messages: list[Message]) -> int:
 def history_budget(env: RunEnv) -> int | None:
     """The most tokens of messages the root may be sent, or None when nothing bounds it."""
     client = env.root_client
-    window = getattr(client, "context_window", None) or getattr(client, "n_ctx", None)
+    window = context_window(client)
     bounds = []
     if window:
         out = env.root_options.get("max_tokens") or \

@@ -14,7 +14,7 @@ from recursa.dispatch import Dispatcher, Node
 from recursa.loop import RunEnv, run_loop
 from recursa.tools import Tool, ToolSet
 from recursa.trace import CallbackSink, JsonlSink, Tracer, new_id
-from recursa.types import Event, ModelClient, Result, Sandbox, TraceSink
+from recursa.types import Event, ModelClient, Result, Sandbox, TraceSink, context_window
 
 _BUDGET_FIELDS = set(Budget.model_fields)
 
@@ -214,7 +214,7 @@ def _check_spec(spec: Any) -> None:
 
 def _context_chars(client: ModelClient) -> int:
     """How many characters a sub-model can read at once, from its window when it knows it."""
-    window = getattr(client, "context_window", None) or getattr(client, "n_ctx", None)
+    window = context_window(client)
     return int(window * 3) if window else 100_000
 
 

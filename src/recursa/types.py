@@ -89,6 +89,12 @@ class ModelClient(Protocol):
     async def aclose(self) -> None: ...
 
 
+def context_window(client: Any) -> int | None:
+    """A client's window in tokens when it knows it (a local model's `n_ctx`), else None."""
+    w = getattr(client, "context_window", None) or getattr(client, "n_ctx", None)
+    return int(w) if w else None
+
+
 # ---------------------------------------------------------------- sandbox
 class ContextPayload(BaseModel):
     """The context as the sandbox loads it: one file on the host, read once by the worker.

@@ -34,6 +34,7 @@ from recursa.types import (
     ModelError,
     Result,
     Sandbox,
+    context_window,
 )
 
 from .tasks.base import CHARS_PER_TOKEN, Instance
@@ -149,10 +150,7 @@ def _import_attr(path: str) -> Any:
 
 def model_window(client: ModelClient, override: int | None = None) -> int | None:
     """The root model's window in tokens, when known (a local model's n_ctx, or an override)."""
-    if override:
-        return override
-    w = getattr(client, "context_window", None) or getattr(client, "n_ctx", None)
-    return int(w) if w else None
+    return override or context_window(client)
 
 
 class _Run:
