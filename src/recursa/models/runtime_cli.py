@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,14 @@ def prepare_local(spec: str, say=_say) -> None:
     """Before a run with a `local:` model: build the runtime and fetch the model now, saying so
     (the first time takes minutes), and fail early on a model file that is not there."""
     from . import runtime
-    from .fetch import REGISTRY, fetch_model, is_fetched
+    from .fetch import REGISTRY, fetch_model
     name = spec.partition(":")[2].strip()
     if name not in REGISTRY and not Path(name).expanduser().is_file():
         raise FileNotFoundError(f"{spec}: no such model file (known local models: "
                                 f"{', '.join(REGISTRY)})")
-    if not (runtime.is_built() or os.environ.get(runtime.ENV_BINARY)):
-        say("building the local llama.cpp runtime once (about 5 minutes on 2 cores)")
-        runtime.build_server(progress=say)
-    if name in REGISTRY and not is_fetched(name):
-        fetch_model(name, progress=say)
+    runtime.find_server(progress=say)     # builds once, saying so; at once when built
+    if name in REGISTRY:
+        fetch_model(name, progress=say)   # returns at once when fetched and verified
 
 
 def check(model: str, n_tokens: int = 2) -> dict[str, Any]:
