@@ -140,6 +140,29 @@ async def test_research_sub_calls_use_tools_and_tool_output_stays_out_of_the_roo
                    for m in root.messages)
 
 
+async def test_a_sub_model_serves_sub_calls_outside_the_interception(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    env = load_environment("oolong", "rlm", num_examples=1, length_tokens=500,
+                           sandbox="inprocess", sub_model="vllm:helper")
+    [task] = list(env.taskset)
+
+    def policy(req: dict[str, Any]) -> str:
+        if "Write the next" in _text(req["messages"][-1]):
+            return "```repl\nFINAL(r)\n```"
+        return "```repl\nr = llm_query('say the answer')\nprint(r)\n```"
+
+    with OpenAITestServer(responder=policy) as srv, \
+            OpenAITestServer(responder=lambda req: task.data.gold) as helper:
+        monkeypatch.setenv("VLLM_BASE_URL", helper.base_url)
+        [ep] = await asyncio.wait_for(_episodes(env, srv.base_url), 120)
+        assert helper.request_count == 1 and srv.request_count == 2
+    [t] = ep.traces
+    assert t.ok and t.reward == 1.0
+    # only the policy's root turns are in verifiers' trace; recursa counted the sub-call
+    assert t.num_turns == 2 and t.num_branches == 1
+    assert t.info["recursa"]["subcalls"] == 1 and t.info["recursa"]["subcall_edges"] == 0
+
+
 async def test_llm_variants() -> None:
     env = load_environment("math_python", "llm", num_examples=1)
     [task] = list(env.taskset)
@@ -197,3 +220,64 @@ def test_bad_names_are_refused_with_the_choices() -> None:
         load_environment("oolong", "rlm_tip")
     with pytest.raises(KeyError, match="unknown environment 'olong'.*oolong"):
         load_environment("olong", "rlm")
+
+
+
+@pytest.mark.slow
+def test_vf_eval_runs_the_plugin(tmp_path: Any) -> None:
+    """verifiers' own CLI: `vf-eval recursa-vf ...` finds the plugin package and scores."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def policy(req: dict[str, Any]) -> str:
+        if len(req["messages"]) == 2:
+            return "```repl\nprint(len(context))\n```"
+        return "```repl\nanswer['content'] = context\nanswer['ready'] = True\n```"
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [src, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    with OpenAITestServer(responder=policy) as srv:
+        p = subprocess.run(
+            [str(Path(sys.executable).parent / "vf-eval"), PLUGIN_ID,
+             "--env.taskset.env", "verbatim_copy", "--env.taskset.variant", "rlm",
+             "--env.taskset.num-examples", "2", "--env.taskset.length-tokens", "50",
+             "--env.agent.harness.id", PLUGIN_ID, "--env.agent.harness.sandbox", "inprocess",
+             "-m", "policy", "--client.base-url", srv.base_url,
+             "--client.api-key-var", "RECURSA_NO_KEY", "--no-push", "-o", str(tmp_path)],
+            env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    [traces] = list(tmp_path.glob("*/traces.jsonl"))
+    episodes = [json.loads(line) for line in traces.read_text().splitlines()]
+    assert len(episodes) == 2 and all(e["ok"] for e in episodes)
+    for e in episodes:
+        [t] = e["traces"]
+        assert t["rewards"]["reward"]["score"] == 1.0
+        assert t["info"]["recursa"]["status"] == "final"
+
+
+@pytest.mark.model
+async def test_local_model_episode_through_verifiers(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the policy is the local llama.cpp server, reached by verifiers' own client
+    from recursa.models.local import LocalClient
+    local = LocalClient("smollm2-135m", name="local:smollm2-135m")
+    srv = await local.load()
+    monkeypatch.setenv("RECURSA_TEST_LLAMA_TOKEN", srv.token)
+    env = load_environment("math_python", "rlm_tips", num_examples=1, max_turns=2,
+                           sandbox="local")
+    ctx = vf.ModelContext(model="smollm2-135m",
+                          client=vf.EvalClientConfig(base_url=srv.base_url + "/v1",
+                                                     api_key_var="RECURSA_TEST_LLAMA_TOKEN"),
+                          sampling=vf.SamplingConfig(max_tokens=200, temperature=0.0))
+    async with env.serving():
+        ep = await env.run_episode(next(iter(env.taskset)), ctx)
+    await local.aclose()
+    [t] = ep.traces
+    assert t.ok, t.errors
+    assert 1 <= t.info["recursa"]["turns"] <= 2 and 0.0 <= t.reward <= 1.0
+    assert t.calls and all(c.usage is not None and c.usage.completion_tokens > 0
+                           for c in t.calls if c.error is None)
+    assert all(c.usage.completion_tokens <= 200 for c in t.calls if c.usage)
