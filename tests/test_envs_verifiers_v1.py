@@ -215,6 +215,19 @@ def test_the_plugin_id_resolves_for_verifiers_cli() -> None:
     assert [t.data.seed for t in tasks] == [0, 1, 2] and tasks[0].data.variant == "rlm"
 
 
+async def test_a_container_runtime_is_refused_with_the_reason() -> None:
+    config = vf.resolve_env_config({"taskset": {"id": PLUGIN_ID, "env": "math_python",
+                                                "num_examples": 1},
+                                    "agent": {"runtime": {"type": "subprocess"}}})
+    harness = vf.load_environment(config)._harnesses["agent"]
+
+    class Box:
+        config = vf.DockerConfig()
+
+    with pytest.raises(ValueError, match="'docker' runtime would host nothing.*sandbox"):
+        await harness.setup(Box())
+
+
 def test_bad_names_are_refused_with_the_choices() -> None:
     with pytest.raises(ValueError, match="unknown variant 'rlm_tip'.*rlm_tips"):
         load_environment("oolong", "rlm_tip")

@@ -39,7 +39,7 @@ except ImportError as e:   # the extra is optional: say how to get it
     raise ImportError("the verifiers 0.4 adapter needs verifiers>=0.4: "
                       "pip install 'recursa[verifiers]'") from e
 
-from recursa.envs.base import VARIANTS, check_variant, get_env
+from recursa.envs.base import check_variant, get_env
 from recursa.types import Completion, Message, ModelClient
 
 PLUGIN_ID = "recursa-vf"     # the importable package verifiers resolves ids to (src/recursa_vf)
@@ -162,6 +162,14 @@ class RecursaHarness(vf.Harness[RecursaHarnessConfig]):
     EXECUTES_CODE = False      # the model's code runs in recursa's sandbox, not the runtime
     NEEDS_CONTAINER = False
 
+    async def setup(self, runtime: Any) -> None:
+        kind = getattr(getattr(runtime, "config", None), "type", None)
+        if kind != "subprocess":   # a box nothing would run in: say where the code runs
+            raise ValueError(
+                f"the recursa harness runs in the host process, so the {kind!r} runtime would "
+                "host nothing: use --env.agent.runtime.type subprocess, and choose where the "
+                "model's code runs with --env.agent.harness.sandbox (local, docker, modal, ...)")
+
     async def launch(self, ctx: vf.ModelContext, trace: vf.Trace, runtime: Any, endpoint: str,
                      secret: str, mcp_urls: dict[str, str], data: vf.TaskData
                      ) -> vf.ProgramResult:
@@ -221,8 +229,7 @@ def load_environment(env: str = "oolong", variant: str = "rlm", *, num_examples:
     `max_turns` bounds root turns (recursa's `max_iterations`); other `harness` keywords are
     `RecursaHarnessConfig` fields (max_subcalls, max_seconds, cell_timeout, trace_dir, ...)."""
     get_env(env)
-    if variant not in VARIANTS:
-        check_variant(variant)
+    check_variant(variant)
     config = vf.resolve_env_config({
         "taskset": {"id": PLUGIN_ID, "env": env, "variant": variant,
                     "num_examples": num_examples, "seed": seed, "length_tokens": length_tokens},
