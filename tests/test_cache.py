@@ -69,6 +69,11 @@ def test_key_ignores_spelling_but_not_meaning() -> None:
                     {"temperature": 0, "max_tokens": 10}),
     ]
     assert len({k, *changed}) == len(changed) + 1
+    # long strings enter the key by their hash: one changed character still changes it
+    long = "x" * 5000
+    keys = {request_key(IDENT, [{"role": "user", "content": c}], {"temperature": 0})
+            for c in (long, long[:2500] + "y" + long[2501:], long + "x", "日本語 \ud800" * 900)}
+    assert len(keys) == 4
 
 
 def test_key_is_the_same_in_another_process() -> None:
