@@ -34,7 +34,7 @@ from recursa.models.cache import (
 from recursa.models.replay import ReplayClient
 from recursa.tools import native_calls
 from recursa.trace import read_trace
-from recursa.types import Completion, Usage
+from recursa.types import Completion, ModelError, Usage
 
 SRC = Path(__file__).parents[1] / "src"
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
@@ -352,3 +352,29 @@ def test_unwritable_paths_are_clear_errors(tmp_path: Path) -> None:
         ResponseCache(tmp_path)
     with pytest.raises(CacheError, match="empty"):
         open_cache("  ")
+
+
+# ---------------------------------------------------------------- the local model
+@pytest.mark.model
+def test_local_model_reply_is_cached_and_replayed_without_a_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from recursa.models import llama_server
+    from recursa.models.fetch import fetch_model
+    from recursa.models.local import LocalClient
+    smol = fetch_model("smollm2-135m")
+    path = tmp_path / "c.sqlite"
+    question = [{"role": "user", "content": "What is 2+3? Reply with just the number."}]
+    llama_server.stop_all()
+    try:
+        first = run(cached(LocalClient(str(smol), n_ctx=1024, slots=1), path).complete(
+            question, temperature=0, max_tokens=8))
+    finally:
+        llama_server.stop_all()
+    # no server may start now: a hit must not need the model at all
+    monkeypatch.setenv("RECURSA_LLAMA_SERVER", "/bin/false")
+    again = cached(LocalClient(str(smol), n_ctx=1024, slots=1), path)
+    second = run(again.complete(question, temperature=0, max_tokens=8))
+    assert not first.cached and second.cached and second.text == first.text
+    assert second.usage == first.usage and llama_server.running() == []
+    with pytest.raises(ModelError, match="llama.cpp server .* died"):
+        run(again.complete(question, temperature=0, max_tokens=9))   # a miss does need it
