@@ -7,7 +7,7 @@ import concurrent.futures
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, Node
@@ -15,6 +15,9 @@ from recursa.loop import RunEnv, run_loop
 from recursa.tools import Tool, ToolSet
 from recursa.trace import CallbackSink, JsonlSink, Tracer, new_id
 from recursa.types import Event, ModelClient, Result, Sandbox, TraceSink, context_window
+
+if TYPE_CHECKING:
+    from recursa.models.cache import ResponseCache
 
 _BUDGET_FIELDS = set(Budget.model_fields)
 
@@ -53,7 +56,8 @@ class RLM:
                  sub_model_options: dict[str, Any] | None = None,
                  client_options: dict[str, Any] | None = None,
                  sub_tools: ToolSet | Sequence[Callable[..., Any] | Tool] | None = None,
-                 cache: Any = None, cache_nondeterministic: bool = False,
+                 cache: bool | str | os.PathLike[str] | ResponseCache | None = None,
+                 cache_nondeterministic: bool = False,
                  **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:

@@ -16,11 +16,12 @@ and return a `recursa.types.Result`, so the runner treats them alike.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, cache_mark
@@ -65,6 +66,11 @@ class MethodConfig(BaseModel):
     passage_tokens: int = 200             # codeact-bm25 passage size
     tips: str | None = None
     cache: bool | str | None = None       # response cache: True (default file) or a path
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _path_str(cls, v: Any) -> Any:    # a Path becomes its string: specs stay plain JSON
+        return os.fspath(v) if isinstance(v, os.PathLike) else v
 
     @property
     def label(self) -> str:

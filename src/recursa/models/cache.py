@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import random
 import sqlite3
 import sys
 import threading
@@ -202,27 +203,44 @@ class ResponseCache:
         return CacheError(f"response cache {self.path}: {type(e).__name__}: {msg}")
 
     def _setup(self, conn: sqlite3.Connection) -> None:
-        try:
+        # Two processes creating the file at once can get "database is locked" from the switch
+        # to WAL without sqlite calling the busy handler (it would deadlock): retry that here.
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                row = self._create(conn)
+                break
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or \
+                        time.monotonic() > deadline:
+                    raise self._error(e) from e
+                time.sleep(random.uniform(0.005, 0.05))
+            except sqlite3.Error as e:
+                raise self._error(e) from e
+        if row is not None and row[0] != FORMAT:
+            raise CacheError(f"response cache {self.path} has format {row[0]!r}; this recursa "
+                             f"reads {FORMAT!r} (use another path, or clear it)", "format")
+
+    def _create(self, conn: sqlite3.Connection) -> Any:
+        """WAL mode, the tables, the format mark; returns the format row found (None: new)."""
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":        # set once per file; later opens only read it
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 log.warning("response cache %s: journal mode %s, not WAL (a network "
                             "filesystem?); concurrent writers may wait longer", self.path, mode)
-            conn.execute("BEGIN IMMEDIATE")    # two processes creating it at once: one waits
-            try:
-                for stmt in _SCHEMA:
-                    conn.execute(stmt)
-                row = conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
-                if row is None:
-                    conn.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.Error as e:
-            raise self._error(e) from e
-        if row is not None and row[0] != FORMAT:
-            raise CacheError(f"response cache {self.path} has format {row[0]!r}; this recursa "
-                             f"reads {FORMAT!r} (use another path, or clear it)", "format")
+        conn.execute("BEGIN IMMEDIATE")    # two processes creating it at once: one waits
+        try:
+            for stmt in _SCHEMA:
+                conn.execute(stmt)
+            row = conn.execute("SELECT value FROM meta WHERE name = 'format'").fetchone()
+            if row is None:
+                conn.execute("INSERT INTO meta VALUES ('format', ?)", (FORMAT,))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return row
 
     # ------------------------------------------------------------ entries
     def get(self, key: str) -> dict[str, Any] | None:
