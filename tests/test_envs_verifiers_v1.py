@@ -28,10 +28,8 @@ def _text(m: dict[str, Any]) -> str:
     return c if isinstance(c, str) else "".join(p.get("text", "") for p in c or [])
 
 
-def _is_root(req: dict[str, Any]) -> bool:
-    return "```repl" in _text(req["messages"][0]) or "Context:" in _text(req["messages"][-1]) \
-        or "research assistant" in _text(req["messages"][0]) \
-        or "careful assistant" in _text(req["messages"][0])
+def _is_root(req: dict[str, Any]) -> bool:   # the RLM's system prompt teaches ```repl blocks
+    return req["messages"][0]["role"] == "system" and "```repl" in _text(req["messages"][0])
 
 
 async def _episodes(env: RecursaEnv, url: str, n: int | None = None) -> list[vf.Episode]:
