@@ -38,7 +38,7 @@ def test_bare_name_is_rejected_with_prefixes_listed():
     with pytest.raises(ValueError, match="anthropic:claude"):
         make_client("claude-sonnet-4-5")
     with pytest.raises(ValueError, match="unknown prefix"):
-        make_client("gemini:flash")
+        make_client("cohere:command-r")
     with pytest.raises(ValueError, match="no model name"):
         make_client("openai:")
 

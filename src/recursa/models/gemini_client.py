@@ -90,8 +90,11 @@ class GeminiClient:
         self._warned: set[str] = set()
         self._types = types
         self._errors = errors
+        # attempts=1: no SDK retries, including the implicit 1-10 s sleep-and-retry its aiohttp
+        # transport does on connection errors when no retry options are set
         http = types.HttpOptions(base_url=base_url, api_version=api_version,
-                                 timeout=int(timeout * 1000))
+                                 timeout=int(timeout * 1000),
+                                 retry_options=types.HttpRetryOptions(attempts=1))
         # vertexai=False: never pick up GOOGLE_GENAI_USE_VERTEXAI and its ADC credentials
         self._client = genai.Client(api_key=api_key, vertexai=False, http_options=http)
 
