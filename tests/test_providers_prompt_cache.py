@@ -87,6 +87,9 @@ async def test_cost_counts_writes_and_reservation_covers_them():
                                             + r.usage.output_tokens * 15) / 1e6)
         # the budget's worst-case estimate must not undercount a call that writes the cache
         assert c.estimate_cost(r.usage.input_tokens, r.usage.output_tokens) >= r.cost_usd
+        await c.complete([{"role": "system", "content": "s"}, {"role": "user", "content": "q"}],
+                         prompt_cache=False)          # per call: no breakpoints
+        assert fake.requests[-1]["body"]["system"] == "s"
         await c.aclose()
 
 
