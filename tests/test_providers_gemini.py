@@ -116,3 +116,16 @@ def test_contents_conversion():
     assert system == "a\n\nb"
     assert contents == [{"role": "user", "parts": [{"text": "x"}]},
                         {"role": "model", "parts": [{"text": "y"}]}]
+
+
+async def test_rlm_run_over_gemini_rolls_up_usage_and_cost(fake):
+    from recursa import RLM
+    fake.responder = lambda last: ('```repl\nanswer["content"] = str(len(context))\n'
+                                   'answer["ready"] = True\n```')
+    rlm = RLM("gemini:gemini-2.5-flash", base_url=fake.url, api_key="gk", sandbox="inprocess")
+    res = await rlm.acompletion("How long is the context?", "x" * 1234)
+    assert res.status == "final" and res.answer == "1234"
+    root = res.usage["root"]
+    assert root.calls == 1 and root.usage.cached_tokens == 3
+    assert res.cost_usd is not None and res.cost_usd > 0
+    assert "gk" not in str(fake.requests[-1]["body"])      # the key is a header, not content
