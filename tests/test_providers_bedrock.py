@@ -98,6 +98,8 @@ def test_missing_region_credentials_and_bad_specs():
         make_client(f"bedrock:{MODEL}", aws_region="us-east-1")
     with pytest.raises(ValueError, match="both aws_access_key"):
         make_client(f"bedrock:{MODEL}", aws_region="us-east-1", aws_access_key="a")
+    with pytest.raises(ValueError, match="could not be found"):
+        make_client(f"bedrock:{MODEL}", aws_profile="no-such-profile")
     with pytest.raises(ValueError, match=r"Did you mean 'bedrock:anthropic\.claude"):
         make_client("anthropic.claude-sonnet-4-5-20250929-v1:0")
     with pytest.raises(ValueError, match="unknown prefix 'aws'"):

@@ -36,6 +36,8 @@ def test_breakpoints_one_shot_and_conversation():
     assert conv[2]["content"] == "u2"                       # the caller's list is not changed
     system, turns = add_cache_breakpoints("s", conv)
     assert _marks(system, turns) == 3                       # the API allows at most 4
+    _, turns = add_cache_breakpoints(None, [*conv[:-1], {"role": "user", "content": ""}])
+    assert turns[-1]["content"] == ""                        # never a marked empty block
 
 
 async def _conversation(url: str, turns: int, **kw) -> tuple[list, object]:

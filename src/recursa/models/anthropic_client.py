@@ -75,6 +75,8 @@ def add_cache_breakpoints(system: str | None, turns: list[dict[str, Any]]
     if any(t["role"] == "assistant" for t in out):
         users = [i for i, t in enumerate(out) if t["role"] == "user"]
         for i in users[-2:]:
+            if not out[i]["content"]:    # the API rejects cache_control on an empty block
+                continue
             out[i]["content"] = [{"type": "text", "text": out[i]["content"],
                                   "cache_control": _EPHEMERAL}]
     return sys_blocks, out

@@ -62,7 +62,11 @@ class BedrockClient(AnthropicClient):
                   or os.environ.get("AWS_DEFAULT_REGION"))
         if not region:
             import boto3
-            region = boto3.Session(profile_name=aws_profile).region_name
+            import botocore.exceptions
+            try:
+                region = boto3.Session(profile_name=aws_profile).region_name
+            except botocore.exceptions.ProfileNotFound as e:
+                raise ValueError(f"{name}: {e}") from e
         if not region:
             raise ValueError(f"{name}: no AWS region (set AWS_REGION or pass aws_region=)")
         if bool(aws_access_key) != bool(aws_secret_key):
