@@ -68,9 +68,9 @@ async def test_rlm_tips_rollouts_are_scored_and_recorded() -> None:
     assert all("<tips>" in s for s in systems)
 
 
-async def test_policy_sub_calls_are_branches_linked_to_their_turn() -> None:
+async def test_policy_sub_calls_are_branches_linked_to_their_turn(tmp_path: Any) -> None:
     env = load_environment("oolong", "rlm", num_examples=1, length_tokens=500,
-                           sandbox="inprocess")
+                           sandbox="inprocess", trace_dir=str(tmp_path))
     [task] = list(env.taskset)
     gold = task.data.gold
 
@@ -101,6 +101,12 @@ async def test_policy_sub_calls_are_branches_linked_to_their_turn() -> None:
                                                               type="subagent_call")]
     assert t.info["recursa"]["subcalls"] == 2 and t.info["recursa"]["subcall_edges"] == 2
     assert len(t.calls) == 4 and all(c.acp is not None for c in t.calls)
+    # recursa's own trace of the same run, with the reward recorded in it
+    from recursa.envs import reward_of
+    from recursa.trace import read_trace
+    events = read_trace(t.info["recursa"]["trace_path"]).events
+    assert reward_of(events)["reward"] == 1.0
+    assert sum(e.kind == "subcall" and e.phase == "end" for e in events) == 2
 
 
 async def test_research_sub_calls_use_tools_and_tool_output_stays_out_of_the_root() -> None:
