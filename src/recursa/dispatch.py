@@ -27,6 +27,7 @@ from recursa.types import (
 )
 
 if TYPE_CHECKING:
+    from recursa.models.streaming import OnDelta
     from recursa.tools import ToolSet
 
 DEFAULT_OUTPUT_RESERVE = 2048   # tokens reserved for a call that sets no max_tokens
@@ -105,8 +106,9 @@ class Dispatcher:
     # ------------------------------------------------------------ model calls
     async def call_model(self, client: ModelClient, messages: list[Message], *, role: str,
                          subcall: bool, options: dict[str, Any] | None = None,
-                         force: bool = False) -> Completion:
-        """Reserve, call under the concurrency limit, settle. Raises ModelError/BudgetExceeded."""
+                         force: bool = False, on_delta: OnDelta | None = None) -> Completion:
+        """Reserve, call under the concurrency limit, settle. Raises ModelError/BudgetExceeded.
+        With `on_delta`, a client that can stream sends the reply's text there as it comes."""
         options = dict(options or {})
         est_in = sum(text_tokens(str(m.get("content", ""))) for m in messages) \
             + 4 * len(messages)
@@ -125,7 +127,10 @@ class Dispatcher:
                 self.inflight += 1
                 self.peak_inflight = max(self.peak_inflight, self.inflight)
                 try:
-                    comp = await client.complete(messages, **options)
+                    # streams when asked and the client can (models/streaming.py)
+                    stream = getattr(client, "astream", None) if on_delta else None
+                    comp = await (stream(messages, on_delta, **options) if stream
+                                  else client.complete(messages, **options))
                 except ModelError as e:
                     # the run's own wall-time limit cut the call: a limit, not a model failure
                     if remaining is not None and not force and \

@@ -29,6 +29,7 @@ from recursa.parse import (
     normalize_code,
     plain_answer,
 )
+from recursa.streaming import turn_deltas
 from recursa.tempdirs import owned_tempdir
 from recursa.trace import Tracer
 from recursa.types import (
@@ -179,10 +180,16 @@ async def _turns(env: RunEnv, st: _State, sandbox: Sandbox,
             return
         turn_ev = env.tracer.emit("turn", phase="start", parent=run_ev, depth=depth,
                                   turn=st.turns + 1)
+        deltas = turn_deltas(env.tracer, turn_ev, run_ev, depth)
         try:
             await fit(env, st, messages, 0, turn_ev, depth, push)
-            comp = await env.dispatcher.call_model(env.root_client, messages, role=role,
-                                                   subcall=False, options=env.root_options)
+            try:
+                comp = await env.dispatcher.call_model(env.root_client, messages, role=role,
+                                                       subcall=False, options=env.root_options,
+                                                       on_delta=deltas)
+            finally:   # what is pending goes out before the turn's update or end
+                if deltas is not None:
+                    deltas.flush()
         except BudgetExceeded as e:
             st.limit = e.limit
             env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth,
@@ -337,11 +344,17 @@ async def _last_turn(env: RunEnv, st: _State, messages: list[Message], query: st
                                  "content": messages[-1]["content"] + "\n\n" + msg}]
     else:
         call = [*messages, {"role": "user", "content": msg}]
+    deltas = turn_deltas(env.tracer, turn_ev, run_ev, depth)
     try:
-        comp = await env.dispatcher.call_model(
-            env.root_client, call,
-            role="root" if depth == 0 else "child", subcall=False,
-            options=env.root_options, force=depth == 0)   # only the top run may pass a limit
+        try:
+            comp = await env.dispatcher.call_model(
+                env.root_client, call,
+                role="root" if depth == 0 else "child", subcall=False,
+                options=env.root_options, force=depth == 0,   # only the top run may pass a limit
+                on_delta=deltas)
+        finally:
+            if deltas is not None:
+                deltas.flush()
     except (ModelError, BudgetExceeded) as e:
         env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth, error=str(e))
         if st.error is None and st.limit is None:

@@ -1,0 +1,288 @@
+"""Streaming: clients stream over real local servers (OpenAI SSE, Anthropic SSE, llama.cpp), with
+the usage and cost of the non-streaming path; a run with a live sink sees the root's reply while
+the turn is open, and the trace file holds no delta; the response cache replays a hit as one
+delta; a stream cut mid-way is retried or reported clearly."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+
+from openai_testserver import Fault, OpenAITestServer
+from recursa import RLM
+from recursa.console import ConsoleView, JsonLinesView
+from recursa.models.anthropic_client import AnthropicClient
+from recursa.models.cache import CachedClient, ResponseCache
+from recursa.models.openai_client import OpenAIClient
+from recursa.models.replay import ReplayClient
+from recursa.models.streaming import StreamCut, complete_streaming
+from recursa.streaming import DeltaEmitter, StreamedText
+from recursa.trace import JsonlSink, Tracer, read_trace
+from recursa.types import Event, ModelError
+
+MSGS = [{"role": "system", "content": "be brief"},
+        {"role": "user", "content": "say something long enough to stream in pieces"}]
+PRICES = {"m": {"input": 1.0, "output": 4.0, "cached_input": 0.25}}
+REPLY = "Let me look.\n```repl\nx = 6 * 7\nprint(x)\n```\n"
+
+
+@pytest.fixture
+def srv():
+    with OpenAITestServer(stream_chunk_chars=4, cached_tokens=3) as s:
+        yield s
+
+
+def _collect() -> tuple[list[tuple[str, int]], Any]:
+    got: list[tuple[str, int]] = []
+    return got, lambda piece, offset: got.append((piece, offset))
+
+
+# ---------------------------------------------------------------- clients
+async def test_openai_stream_same_completion_as_complete(srv):
+    c = OpenAIClient("m", base_url=srv.base_url, prices=PRICES, retry_base_delay=0.01)
+    try:
+        got, on_delta = _collect()
+        streamed = await c.astream(MSGS, on_delta, max_tokens=50)
+        plain = await c.complete(MSGS, max_tokens=50)
+    finally:
+        await c.aclose()
+    body = srv.requests[0]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert "stream" not in srv.requests[1]
+    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text
+    assert [o for _, o in got] == [sum(len(p) for p, _ in got[:i]) for i in range(len(got))]
+    assert streamed.text == plain.text
+    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == 3
+    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
+    assert streamed.model == plain.model
+
+
+async def test_anthropic_stream_same_completion_as_complete(srv):
+    c = AnthropicClient("claude-sonnet-4-5", base_url=srv.anthropic_base_url, api_key="x",
+                        retry_base_delay=0.01)
+    try:
+        got, on_delta = _collect()
+        streamed = await c.astream(MSGS, on_delta, max_tokens=50)
+        plain = await c.complete(MSGS, max_tokens=50)
+    finally:
+        await c.aclose()
+    assert srv.requests[0]["stream"] is True
+    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text == plain.text
+    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == 3
+    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
+
+
+async def test_cut_stream_is_retried_from_the_start(srv):
+    c = OpenAIClient("m", base_url=srv.base_url, retry_base_delay=0.01)
+    srv.inject(Fault.cut(9))
+    try:
+        got, on_delta = _collect()
+        comp = await c.astream(MSGS, on_delta)
+    finally:
+        await c.aclose()
+    assert srv.request_count == 2 and c.stats.retries == 1
+    restart = [i for i, (_, off) in enumerate(got) if off == 0]
+    assert len(restart) == 2                          # the second attempt starts at 0 again
+    assert "".join(p for p, _ in got[restart[1]:]) == comp.text
+    assert "cut after 9 characters" in c.stats.last_errors[0]
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_cut_stream_without_retries_is_a_clear_error(srv, api):
+    if api == "openai":
+        c: Any = OpenAIClient("m", base_url=srv.base_url, max_retries=0)
+    else:
+        c = AnthropicClient("claude-sonnet-4-5", base_url=srv.anthropic_base_url, api_key="x",
+                            max_retries=0)
+    srv.inject(Fault.cut(6))
+    try:
+        with pytest.raises(StreamCut, match=r"stream was cut after 6 characters") as ei:
+            await c.astream(MSGS, lambda *_: None)
+    finally:
+        await c.aclose()
+    assert ei.value.retryable and "127.0.0.1" in str(ei.value)
+
+
+async def test_error_before_any_text_is_retried_like_complete(srv):
+    c = OpenAIClient("m", base_url=srv.base_url, retry_base_delay=0.01)
+    srv.inject(Fault.status(503), Fault.drop())
+    try:
+        got, on_delta = _collect()
+        comp = await c.astream(MSGS, on_delta)
+    finally:
+        await c.aclose()
+    assert c.stats.retries == 2 and comp.text.startswith("echo:")
+    assert [o for _, o in got].count(0) == 1
+
+
+async def test_a_client_without_astream_falls_back_to_complete():
+    got, on_delta = _collect()
+    comp = await complete_streaming(ReplayClient(["hello"]), MSGS, on_delta)
+    assert comp.text == "hello" and got == []
+
+
+async def test_cache_hit_replays_as_one_delta(srv, tmp_path):
+    store = ResponseCache(tmp_path / "c.sqlite")
+    c = CachedClient(OpenAIClient("m", base_url=srv.base_url, prices=PRICES), store)
+    try:
+        got, on_delta = _collect()
+        first = await c.astream(MSGS, on_delta, temperature=0)
+        assert len(got) > 3 and srv.requests[-1]["stream"] is True
+        got.clear()
+        again = await c.astream(MSGS, on_delta, temperature=0)
+    finally:
+        await c.aclose()
+        store.close()
+    assert srv.request_count == 1 and again.cached and again.cost_usd == 0.0
+    assert got == [(first.text, 0)] and again.usage == first.usage
+
+
+# ---------------------------------------------------------------- the emitter
+def test_delta_emitter_throttles_and_restarts():
+    now = [0.0]
+    sent: list[tuple[str, int]] = []
+    em = DeltaEmitter(lambda t, o: sent.append((t, o)), interval=0.1, clock=lambda: now[0])
+    em("ab", 0)                   # the first piece goes at once
+    em("cd", 2)
+    em("ef", 4)                   # held: less than 0.1 s since the last event
+    now[0] = 0.15
+    em("gh", 6)
+    em("ij", 8)
+    em("AB", 0)                   # a retry from the start: sent at once
+    em("CD", 2)
+    em.flush()
+    assert sent == [("ab", 0), ("cdefgh", 2), ("AB", 0), ("CD", 2)]
+    text = StreamedText()
+    restarts = [text.add(t, o) for t, o in sent]
+    assert text.text == "ABCD" and restarts == [False, False, True, False]
+
+
+# ---------------------------------------------------------------- a run
+class _Live:
+    """A live sink recording deltas, and whether the turn was still open at each."""
+
+    wants_deltas = True
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.open_turns: set[str] = set()
+        self.deltas_while_open = 0
+
+    def emit(self, ev: Event) -> None:
+        self.events.append(ev)
+        if ev.kind == "turn" and ev.phase == "start":
+            self.open_turns.add(ev.id)
+        elif ev.kind == "turn" and ev.phase in ("update", "end"):
+            self.open_turns.discard(ev.id)
+        elif ev.phase == "delta" and ev.id in self.open_turns:
+            self.deltas_while_open += 1
+
+    def close(self) -> None:
+        pass
+
+
+def _script(req: dict[str, Any]) -> str:
+    turns = sum(m["role"] == "assistant" for m in req["messages"])
+    return REPLY if turns == 0 else 'Done.\n```repl\nFINAL("42")\n```\n'
+
+
+async def test_run_streams_root_turns_to_live_sinks_and_not_to_the_trace(tmp_path):
+    live = _Live()
+    trace = tmp_path / "t.jsonl"
+    with OpenAITestServer(responder=_script, stream_chunk_chars=3,
+                          stream_chunk_delay=0.01) as s:
+        res = await RLM(model="openai:m", base_url=s.base_url, sandbox="inprocess",
+                        sinks=[live], trace_path=str(trace)).acompletion("q", "ctx")
+        assert all(r.get("stream") is True for r in s.requests)
+    assert res.answer == "42"
+    deltas = [e for e in live.events if e.phase == "delta"]
+    assert live.deltas_while_open == len(deltas) > 2
+    first = [e for e in deltas if e.id == deltas[0].id]
+    text = StreamedText()
+    for e in first:
+        text.add(e.data["text"], e.data["offset"])
+    assert text.text == REPLY
+    lines = [json.loads(x) for x in trace.read_text().splitlines()]
+    assert lines and not any(x.get("phase") == "delta" for x in lines)
+    assert len(read_trace(trace).events) == len(live.events) - len(deltas)
+
+
+async def test_usage_of_a_streamed_run_equals_a_plain_run(tmp_path):
+    results = []
+    for stream in (True, False):
+        sinks = [_Live()] if stream else []
+        with OpenAITestServer(responder=_script, cached_tokens=5) as s:
+            res = await RLM(model="openai:m", base_url=s.base_url, sandbox="inprocess",
+                            sinks=sinks, client_options={"prices": PRICES}
+                            ).acompletion("q", "ctx")
+            assert all(bool(r.get("stream")) is stream for r in s.requests)
+        results.append(res)
+    a, b = results
+    assert a.answer == b.answer == "42"
+    assert a.usage["root"].usage == b.usage["root"].usage
+    assert a.usage["root"].usage.cached_tokens > 0
+    assert a.cost_usd == b.cost_usd and a.cost_usd > 0
+
+
+async def test_a_cut_root_stream_that_keeps_failing_fails_the_run_clearly():
+    with OpenAITestServer(responder=_script) as s:
+        s.inject(*[Fault.cut(5)] * 3)
+        res = await RLM(model="openai:m", base_url=s.base_url, sandbox="inprocess",
+                        sinks=[_Live()],
+                        client_options={"max_retries": 2, "retry_base_delay": 0.01},
+                        ).acompletion("q", "ctx")
+    assert res.status == "error"
+    assert "stream was cut after 5 characters" in res.error and "3 attempts" in res.error
+
+
+def test_trace_sinks_without_wants_deltas_get_none(tmp_path):
+    seen: list[Event] = []
+
+    class Plain:
+        def emit(self, ev: Event) -> None:
+            seen.append(ev)
+
+        def close(self) -> None:
+            pass
+    jsonl = JsonlSink(tmp_path / "t.jsonl")
+    t = Tracer([Plain(), jsonl])
+    assert not t.wants_deltas
+    t.emit_delta("turn", id="x", text="abc", offset=0)
+    jsonl.emit(Event(kind="turn", id="x", phase="delta", data={"text": "abc"}))
+    jsonl.close()
+    assert seen == [] and (tmp_path / "t.jsonl").read_text() == ""
+
+
+def test_jsonlines_view_prints_deltas():
+    buf = io.StringIO()
+    view = JsonLinesView(buf)
+    t = Tracer([view])
+    assert t.wants_deltas
+    t.emit_delta("turn", id="x", text="print(1)", offset=0)
+    ev = json.loads(buf.getvalue())
+    assert ev["phase"] == "delta" and ev["data"] == {"text": "print(1)", "offset": 0}
+
+
+def test_console_view_shows_the_code_being_written():
+    from rich.console import Console
+    con = Console(file=io.StringIO(), force_terminal=True, width=100)
+    view = ConsoleView(con)
+    try:
+        assert view.wants_deltas
+        view.emit(Event(kind="turn", id="t1", phase="start", data={"turn": 1}))
+        view.emit(Event(kind="turn", id="t1", phase="delta",
+                        data={"text": "```repl\nx = len(context)\n", "offset": 0}))
+        shown = view.render_plain()
+        assert "x = len(context)" in shown and "turn 1" in shown
+        view.emit(Event(kind="turn", id="t1", phase="end", data={"blocks": 1}))
+        assert "x = len(context)" not in view.render_plain()
+    finally:
+        view.close()
+
+
+def test_stream_cut_is_a_model_error():
+    e = StreamCut("model 'm' at http://x", 12, "no finish_reason")
+    assert isinstance(e, ModelError) and e.chars == 12 and "12 characters" in str(e)
