@@ -286,3 +286,36 @@ def test_console_view_shows_the_code_being_written():
 def test_stream_cut_is_a_model_error():
     e = StreamCut("model 'm' at http://x", 12, "no finish_reason")
     assert isinstance(e, ModelError) and e.chars == 12 and "12 characters" in str(e)
+
+
+# ---------------------------------------------------------------- recursa serve
+def test_server_progress_shows_the_root_code_as_it_is_written():
+    """openai client -> recursa server -> OpenAIClient (streaming) -> an upstream that streams
+    slowly: the root's code reaches the client piece by piece, before the turn's summary line."""
+    from recursa.server.openai_app import ServerConfig, create_app
+    from test_server import KEY, Server
+
+    with OpenAITestServer(responder=_script, stream_chunk_chars=4,
+                          stream_chunk_delay=0.03) as up:
+        cfg = ServerConfig(model="openai:m", base_url=up.base_url, sandbox="inprocess",
+                           api_key=KEY, limits={"max_iterations": 3})
+        with Server(create_app(cfg)) as srv:
+            chunks = list(srv.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}],
+                extra_body={"context": "ctx"}, stream=True))
+        assert all(r.get("stream") is True for r in up.requests)
+    items = [c.model_extra["recursa_progress"] for c in chunks
+             if c.model_extra.get("recursa_progress")]
+    reasoning = "".join(c.choices[0].delta.model_extra.get("reasoning_content") or ""
+                        for c in chunks if c.choices)
+    answer = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert answer == "42"
+    turn1 = [p for p in items[:next(i for i, p in enumerate(items)
+                                    if p["line"].startswith("model wrote"))]]
+    deltas = [p for p in turn1 if p["phase"] == "delta"]
+    assert len(deltas) >= 3                       # throttled, but more than one piece
+    assert "".join(p["text"] for p in deltas) == REPLY
+    assert [p["offset"] for p in deltas] == [sum(len(q["text"]) for q in deltas[:i])
+                                             for i in range(len(deltas))]
+    # the reasoning text reads as a transcript: progress lines on lines of their own
+    assert "turn 1\n" + REPLY + "code ran in " in reasoning
