@@ -319,3 +319,48 @@ def test_server_progress_shows_the_root_code_as_it_is_written():
                                              for i in range(len(deltas))]
     # the reasoning text reads as a transcript: progress lines on lines of their own
     assert "turn 1\n" + REPLY + "code ran in " in reasoning
+
+
+# ---------------------------------------------------------------- the local model
+@pytest.mark.model
+async def test_local_model_streams_with_the_usage_of_complete():
+    from recursa.models import llama_server
+    from recursa.models.fetch import fetch_model
+    from recursa.models.local import LocalClient
+
+    c = LocalClient(str(fetch_model("smollm2-135m")), n_ctx=2048)
+    question = [{"role": "user", "content": "Count from 1 to 20, separated by commas."}]
+    try:
+        got, on_delta = _collect()
+        streamed = await c.astream(question, on_delta, temperature=0, max_tokens=24, seed=1)
+        plain = await c.complete(question, temperature=0, max_tokens=24, seed=1)
+        assert len(got) > 5 and "".join(p for p, _ in got) == streamed.text
+        assert streamed.text == plain.text and streamed.usage == plain.usage
+        assert streamed.usage.output_tokens > 5 and streamed.cost_usd == 0.0
+        with pytest.raises(ModelError, match="too long for n_ctx") as ei:
+            await c.astream([{"role": "user", "content": "word " * 3000}], on_delta)
+        assert not ei.value.retryable
+    finally:
+        await c.aclose()
+        llama_server.stop_all()
+
+
+@pytest.mark.model
+async def test_a_run_on_the_local_model_streams_its_turns(tmp_path):
+    from recursa.models import llama_server
+    from recursa.models.fetch import fetch_model
+    from recursa.models.local import LocalClient
+
+    live = _Live()
+    root = LocalClient(str(fetch_model("smollm2-135m")), n_ctx=4096)
+    try:
+        res = await RLM(model=root, sandbox="inprocess", sinks=[live], max_iterations=1,
+                        model_options={"max_tokens": 48, "temperature": 0},
+                        trace_path=str(tmp_path / "t.jsonl")).acompletion(
+            "What is the first word of the context?", "hello world")
+    finally:
+        llama_server.stop_all()
+    assert res.turns >= 1
+    assert live.deltas_while_open >= 2
+    lines = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert lines and all(x.get("phase") != "delta" for x in lines)
