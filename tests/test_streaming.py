@@ -124,6 +124,16 @@ async def test_a_client_without_astream_falls_back_to_complete():
     assert comp.text == "hello" and got == []
 
 
+async def test_stream_false_turns_streaming_off(srv):
+    c = OpenAIClient("m", base_url=srv.base_url, stream=False)
+    try:
+        got, on_delta = _collect()
+        comp = await c.astream(MSGS, on_delta)
+    finally:
+        await c.aclose()
+    assert comp.text.startswith("echo:") and got == [] and "stream" not in srv.requests[0]
+
+
 async def test_cache_hit_replays_as_one_delta(srv, tmp_path):
     store = ResponseCache(tmp_path / "c.sqlite")
     c = CachedClient(OpenAIClient("m", base_url=srv.base_url, prices=PRICES), store)

@@ -95,8 +95,9 @@ class AnthropicClient:
                  retry_max_delay: float = 30.0, timeout: float = 600.0,
                  default_max_tokens: int = 8192, prices: Mapping[str, Any] | None = None,
                  default_options: dict[str, Any] | None = None, http_client: Any = None,
-                 prompt_cache: bool = True) -> None:
+                 prompt_cache: bool = True, stream: bool = True) -> None:
         self.model = model
+        self.stream = stream          # False: astream never streams (a proxy that buffers SSE)
         self.price_model = model      # the name prices are looked up by (Bedrock ids differ)
         self.prompt_cache = prompt_cache
         self.cache_write_tokens = 0
@@ -187,6 +188,8 @@ class AnthropicClient:
         """`complete`, streamed through the SDK's `messages.stream` helper: text goes to
         `on_delta(piece, offset)` as it arrives; the final message (usage, stop reason) is the
         one `complete` would get, so usage and cost are the same."""
+        if not self.stream:
+            return await self.complete(messages, **options)
         kw = self._request(messages, options)
         total = float(kw["timeout"])   # the SDK's timeout bounds each read, not the stream
         t0 = time.perf_counter()

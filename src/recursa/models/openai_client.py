@@ -56,8 +56,10 @@ class OpenAIClient:
                  retry_base_delay: float = 0.5, retry_max_delay: float = 30.0,
                  timeout: float = 600.0, prices: Mapping[str, Any] | None = None,
                  max_tokens_param: str | None = None, default_options: dict[str, Any] | None = None,
-                 default_headers: dict[str, str] | None = None, http_client: Any = None) -> None:
+                 default_headers: dict[str, str] | None = None, http_client: Any = None,
+                 stream: bool = True) -> None:
         self.model = model
+        self.stream = stream          # False: astream never streams (a proxy that buffers SSE)
         self.provider = provider
         self.name = name or f"{provider}:{model}"
         self.base_url = base_url or OPENAI_BASE_URL
@@ -157,7 +159,7 @@ class OpenAIClient:
         """`complete`, streamed (`stream: true` with `stream_options.include_usage`): text goes
         to `on_delta(piece, offset)` as it arrives; the Completion, its usage and cost are
         those `complete` would return. A call with `tools=` does not stream."""
-        if options.get("tools"):
+        if options.get("tools") or not self.stream:
             return await self.complete(messages, **options)
         kw = self._request(messages, options)
         kw["stream"] = True
@@ -187,6 +189,11 @@ class OpenAIClient:
             if state["finish"] is None:
                 raise StreamCut(self._where, pieces.chars, "it ended with no finish_reason")
             resp = self._assemble(pieces.text, state)
+            if state["usage"] is None and "no-stream-usage" not in self._warned:
+                self._warned.add("no-stream-usage")
+                log.warning("%s: the stream carried no usage (the server ignores "
+                            "stream_options.include_usage), so streamed calls count no tokens; "
+                            "pass stream=False to this client", self.name)
             return resp, self._text(resp)
 
         resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
