@@ -12,7 +12,8 @@ for tests and benchmarks. Stdlib only; runs in a background thread on 127.0.0.1,
 Endpoints: POST /v1/chat/completions (also `stream: true` -> SSE chunks, with a usage chunk when
 `stream_options.include_usage`), POST /v1/messages (Anthropic; base URL `srv.anthropic_base_url`;
 also `stream: true` -> its SSE events), GET /v1/models. Streams send `stream_chunk_chars`
-characters per chunk, `stream_chunk_delay` seconds apart.
+characters per chunk, `stream_chunk_delay` seconds apart (`pace_plain=True`: a reply that does
+not stream waits as long before it is sent).
 
 Responder: `(request_json) -> str | Fault`, called from the server's handler threads (possibly
 concurrently: guard shared state). The default echoes the last user message.
@@ -115,13 +116,15 @@ class OpenAITestServer:
 
     def __init__(self, responder: Callable[[dict[str, Any]], Any] | None = None, *,
                  latency: float = 0.0, model: str | None = None, cached_tokens: int = 0,
-                 stream_chunk_chars: int = 8, stream_chunk_delay: float = 0.0) -> None:
+                 stream_chunk_chars: int = 8, stream_chunk_delay: float = 0.0,
+                 pace_plain: bool = False) -> None:
         self.responder = responder or echo_responder
         self.latency = latency
         self.model = model              # None: echo the requested model name
         self.cached_tokens = cached_tokens
         self.stream_chunk_chars = stream_chunk_chars
         self.stream_chunk_delay = stream_chunk_delay
+        self.pace_plain = pace_plain    # a reply that does not stream takes as long as one that does
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._faults: list[Fault] = []
@@ -329,6 +332,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif body.get("stream"):
             self._stream_reply(body, content or "", cut)
         else:
+            if self.srv.pace_plain and content:   # the model writes at the same rate
+                chunks = -(-len(content) // max(1, self.srv.stream_chunk_chars))
+                if self.srv._wait(chunks * self.srv.stream_chunk_delay):
+                    return self._drop()
             self._openai_reply(body, content, fault)
 
     def _apply_fault(self, fault: Fault, api: str) -> bool:
