@@ -397,11 +397,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def _pieces(self, text: str, cut: int | None) -> Any:
-        """The text in chunks, paced; stops early at a cut (the caller then closes)."""
+        """The text in chunks, paced; stops early at a cut (the caller then closes). Chunk k
+        leaves k+1 delays after the start, whatever each wait overslept: a fixed rate."""
         n = max(1, self.srv.stream_chunk_chars)
         end = len(text) if cut is None else min(cut, len(text))
-        for i in range(0, end, n):
-            if self.srv._wait(self.srv.stream_chunk_delay):
+        t0 = time.monotonic()
+        for k, i in enumerate(range(0, end, n)):
+            due = t0 + (k + 1) * self.srv.stream_chunk_delay
+            if self.srv._wait(due - time.monotonic()):
                 return
             yield text[i:min(i + n, end)]
 
