@@ -12,7 +12,7 @@ from typing import Any
 import anthropic
 
 from ..types import Completion, Message, Usage
-from .pricing import cost_usd
+from .pricing import cost_usd, estimate_usd
 from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
 
 log = logging.getLogger("recursa.models")
@@ -149,6 +149,11 @@ class AnthropicClient:
         cost = cost_usd(self.model, usage, cache_write_tokens=write, overrides=self.prices)
         return Completion(text=text, usage=usage, cost_usd=cost, model=resp.model or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)
+
+    def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        """Worst-case USD of a call, for the budget's reservation (prices given to this client
+        included); None when the model has no known price."""
+        return estimate_usd(self.model, input_tokens, output_tokens, overrides=self.prices)
 
     async def aclose(self) -> None:
         await self._client.close()
