@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def register(sub: Any) -> None:
