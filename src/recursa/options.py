@@ -92,8 +92,9 @@ OPTIONS: tuple[Opt, ...] = (
         "(keys never go on the command line, where `ps` shows them)", {"metavar": "NAME"}),
     Opt("sub_api_key_env", ("--sub-api-key-env",), "environment variable holding the "
         "sub-model's key (default: as --api-key-env for one provider)", {"metavar": "NAME"}),
-    Opt("sandbox", ("--sandbox",), "where model-written code runs (default: local, an isolated "
-        "worker process)", {"choices": SANDBOXES, "default": "local"}),
+    Opt("sandbox", ("--sandbox",), "where model-written code runs: local (default: an isolated "
+        "worker process), inprocess (not isolated), docker, modal, e2b or daytona",
+        {"choices": SANDBOXES, "default": "local", "metavar": "KIND"}),
     Opt("max_iterations", ("--max-iterations",), "root turns per RLM (default 30)",
         {"type": _int1, "metavar": "N"}),
     Opt("max_depth", ("--max-depth",), "depth of rlm_query; at the limit it is a plain model "
@@ -306,10 +307,11 @@ def plain_error(e: BaseException) -> str:
 
 def options_table() -> str:
     """The Markdown table of the shared options (docs/cli.md is checked against it)."""
-    rows = ["| option | default | meaning |", "|---|---|---|"]
+    rows = ["| option | meaning |", "|---|---|"]
     for o in OPTIONS:
-        default = o.kw.get("default")
-        flag = o.flags[0] + (f" {o.kw['metavar']}" if o.kw.get("metavar") else "")
-        rows.append(f"| `{flag}` | {'' if default is None else default} | "
-                    f"{o.help.replace('|', '/')} |")
+        meta = o.kw.get("metavar")
+        if meta:
+            meta = f"[{meta}]" if o.kw.get("nargs") == "?" else meta
+        flag = o.flags[0] + (f" {meta}" if meta else "")
+        rows.append(f"| `{flag}` | {o.help.replace('|', '/')} |")
     return "\n".join(rows) + "\n"
