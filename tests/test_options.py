@@ -131,3 +131,24 @@ def test_mcp_server_and_server_cli_do_not_import_each_other() -> None:
     out = subprocess.run([sys.executable, "-m", "recursa.server.mcp_server", "--help"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--subcall-concurrency" in out.stdout
+
+
+def test_a_missing_extra_is_one_error_type_with_the_pip_command(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from recursa.cli import main
+    from recursa.extras import MissingExtra
+    e = MissingExtra("serve", "recursa serve", module="uvicorn")
+    assert isinstance(e, ImportError) and e.name == "uvicorn"
+    assert str(e) == "recursa serve needs the 'uvicorn' package: pip install 'recursa[serve]'"
+    # `recursa serve` without the extra: exit 2 with the command to run
+    for mod in [m for m in sys.modules if m == "starlette" or m.startswith("starlette.")
+                or m == "recursa.server.openai_app"]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "starlette", None)
+    assert main(["serve", "--model", "replay:"]) == 2
+    assert "pip install 'recursa[serve]'" in capsys.readouterr().err
+    # the Ray executor and the remote sandboxes say it the same way
+    from recursa.bench import executors
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(MissingExtra, match=r"pip install 'recursa\[ray\]'"):
+        executors._require_ray()
