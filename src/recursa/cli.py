@@ -53,11 +53,17 @@ class Notices:
 
     def __init__(self, *, jsonl: bool, quiet: bool):
         self.jsonl, self.quiet = jsonl, quiet
-        if jsonl:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(_JsonLogFormatter())
-            logging.getLogger().addHandler(handler)    # warnings (no bwrap...) as JSON too
-            logging.getLogger().setLevel(logging.WARNING)
+        self._handler: logging.Handler | None = None
+        if jsonl:    # log warnings (no bwrap, ...) as JSON lines too
+            self._handler = logging.StreamHandler(sys.stderr)
+            self._handler.setFormatter(_JsonLogFormatter())
+            self._handler.setLevel(logging.WARNING)
+            logging.getLogger().addHandler(self._handler)
+
+    def close(self) -> None:
+        if self._handler is not None:
+            logging.getLogger().removeHandler(self._handler)
+            self._handler = None
 
     def _json(self, kind: str, **data: Any) -> None:
         sys.stderr.write(json.dumps({"kind": kind, **data}) + "\n")
@@ -97,9 +103,16 @@ def read_context(arg: str | None) -> Any:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    notes = Notices(jsonl=a.events == "jsonl", quiet=a.quiet)
+    try:
+        return _run(a, notes)
+    finally:
+        notes.close()
+
+
+def _run(a: argparse.Namespace, notes: Notices) -> int:
     from recursa.types import RecursaError
 
-    notes = Notices(jsonl=a.events == "jsonl", quiet=a.quiet)
     view: Any = None
     try:
         trace = Path(a.trace) if a.trace else None
