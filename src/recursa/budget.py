@@ -60,6 +60,7 @@ class Ledger:
         self.by_model: dict[str, RoleUsage] = {}
         self.exhausted: str | None = None   # name of the first limit that refused a call
         self.unpriced: str | None = None    # a model whose call had no known cost
+        self.cache_hits = 0                 # calls the response cache answered (they cost 0)
 
     # ------------------------------------------------------------ queries
     @property

@@ -25,10 +25,13 @@ CONNECT_TIMEOUT = 5.0
 _REACHED_TTL = 60.0                      # a server makes one RLM per request: check once a minute
 _reached: dict[tuple[str, int], float] = {}
 
-_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY",
-            "openrouter": "OPENROUTER_API_KEY"}
+# the variables a provider's key may come from (bedrock and litellm: their SDKs' own chains)
+_KEY_ENV = {"openai": ("OPENAI_API_KEY",), "anthropic": ("ANTHROPIC_API_KEY",),
+            "openrouter": ("OPENROUTER_API_KEY",), "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
+            "azure": ("AZURE_OPENAI_API_KEY", "AZURE_OPENAI_AD_TOKEN")}
 _DEFAULT_URL = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com",
-                "openrouter": "https://openrouter.ai/api/v1"}
+                "openrouter": "https://openrouter.ai/api/v1",
+                "gemini": "https://generativelanguage.googleapis.com"}
 _REMOTE = {"modal": ("modal", "modal"), "e2b": ("e2b", "e2b"), "daytona": ("daytona", "daytona")}
 
 
@@ -72,12 +75,13 @@ def target_of_spec(spec: str, *, base_url: str | None = None, api_key: bool = Fa
         if not _registry_name(t.model):
             t.local_path = Path(t.model).expanduser()
         return t
-    t.endpoint = base_url or _DEFAULT_URL.get(prefix) or (
-        os.environ.get("VLLM_BASE_URL") if prefix == "vllm" else None)
+    t.endpoint = base_url or _DEFAULT_URL.get(prefix) or os.environ.get(
+        {"vllm": "VLLM_BASE_URL", "azure": "AZURE_OPENAI_ENDPOINT"}.get(prefix, ""), None)
     hosted = prefix in _KEY_ENV and (base_url is None or prefix != "openai"
                                      or "api.openai.com" in base_url)
-    if hosted and not api_key and not os.environ.get(_KEY_ENV[prefix]):
-        t.missing_key = _KEY_ENV[prefix]
+    names = _KEY_ENV.get(prefix, ())
+    if hosted and not api_key and not any(os.environ.get(n) for n in names):
+        t.missing_key = " or ".join(names)
     if price_for(spec, prices) is not None:
         t.price = "known"
     elif prefix == "openrouter":
@@ -140,9 +144,10 @@ def _model_problems(targets: list[Target], *, max_cost_usd: float | None,
             problems.append(f"{t.name}: no API key ({how})")
         if t.local_path is not None and not t.local_path.is_file():
             problems.append(f"{t.name}: no such model file {str(t.local_path)!r}")
-        if t.provider == "vllm" and not t.endpoint:
+        if t.provider in ("vllm", "azure") and not t.endpoint:
             flag = "--base-url URL" if cli else "base_url="
-            problems.append(f"{t.name}: a vLLM server needs {flag} or VLLM_BASE_URL")
+            var = "VLLM_BASE_URL" if t.provider == "vllm" else "AZURE_OPENAI_ENDPOINT"
+            problems.append(f"{t.name}: no endpoint (give {flag} or set {var})")
     if max_cost_usd is not None:
         for t in targets:
             if t.price is None:
