@@ -160,3 +160,20 @@ def test_bench_serve_mcp_and_ablate_run_the_same_checks(tmp_path: Path):
             assert "--price openai:unpriced=IN/OUT" in p.stderr.decode(), name
         assert srv.request_count == 0
         assert not (tmp_path / "b" / "rows.jsonl").exists()
+
+
+def test_cli_cache_option_reaches_the_rlm(tmp_path: Path):
+    """`--cache PATH` (the shared option) passes cache= to RLM: the same run again is answered
+    from the file, and the endpoint sees no new request."""
+    def final(request: dict[str, Any]) -> str:
+        return "```repl\nFINAL('cached?')\n```"
+    with OpenAITestServer(final) as srv:
+        args = ["run", "q", "--context", "-", "--model", "openai:m", "--base-url", srv.base_url,
+                "--sandbox", "inprocess", "--temperature", "0", "-q",
+                f"--cache={tmp_path / 'cache.sqlite'}"]
+        first = cli(args)
+        assert first.returncode == 0, first.stderr.decode()
+        n = srv.request_count
+        second = cli(args)
+        assert second.returncode == 0 and second.stdout == first.stdout == b"cached?\n"
+        assert n >= 1 and srv.request_count == n
