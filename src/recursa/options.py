@@ -84,8 +84,8 @@ OPTIONS: tuple[Opt, ...] = (
         {"metavar": "SPEC"}),
     Opt("sub_model", ("--sub-model",), "model for sub-calls (default: the root model)",
         {"metavar": "SPEC"}),
-    Opt("base_url", ("--base-url",), "OpenAI-compatible endpoint of the model, e.g. "
-        "http://127.0.0.1:8000/v1", {"metavar": "URL"}),
+    Opt("base_url", ("--base-url",), "endpoint of the model, e.g. http://127.0.0.1:8000/v1 for "
+        "an OpenAI-compatible server (default: the provider's)", {"metavar": "URL"}),
     Opt("sub_base_url", ("--sub-base-url",), "endpoint of the sub-model (default: --base-url "
         "when both models use one provider)", {"metavar": "URL"}),
     Opt("api_key_env", ("--api-key-env",), "environment variable holding the model's API key "
