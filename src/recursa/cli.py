@@ -37,16 +37,6 @@ def add_model_options(p: argparse.ArgumentParser, **kw: Any) -> None:
     RLMOptions.add_to(p, **kw)
 
 
-def resolve_model(a: argparse.Namespace) -> str:
-    """--model, or the default model (saying which and why on stderr)."""
-    if getattr(a, "model", None):
-        return str(a.model)
-    opts = RLMOptions(model=None).with_default_model(
-        say=lambda m: err.print(f"[yellow]{escape(m)}[/]"))
-    assert opts.model is not None
-    return opts.model
-
-
 class Notices:
     """Everything `run` says on stderr besides the event view, in the chosen shape: rich text,
     JSON lines (--events jsonl: stderr stays pure JSON), or nothing but errors (-q)."""
