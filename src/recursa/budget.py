@@ -59,7 +59,6 @@ class Ledger:
         self.by_role: dict[str, RoleUsage] = {}
         self.by_model: dict[str, RoleUsage] = {}
         self.exhausted: str | None = None   # name of the first limit that refused a call
-        self.unpriced: str | None = None    # a model whose call had no known cost
         self.cache_hits = 0                 # calls the response cache answered (they cost 0)
 
     # ------------------------------------------------------------ queries
@@ -157,7 +156,6 @@ class Ledger:
             self._subcalls += int(r.subcall)
             if cost is None:
                 self._cost_known = False
-                self.unpriced = self.unpriced or model
             else:
                 self._cost += cost
             for table, key in ((self.by_role, role), (self.by_model, model)):
