@@ -89,7 +89,10 @@ def read_context(arg: str | None) -> Any:
         return None
     if arg == "-":
         return sys.stdin.buffer.read()
-    return Path(arg)
+    path = Path(arg)
+    if not path.exists():    # before any model is fetched or called
+        raise OptionError(f"--context {arg}: that file or directory does not exist")
+    return path
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -109,8 +112,8 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         if trace is not None and trace.exists() and trace.stat().st_size and not a.append:
             raise OptionError(f"--trace {trace}: the file exists; pass --append to add this "
                               "run to it (view picks a run with --run), or choose a new file")
-        context = read_context(a.context)
         opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
+        context = read_context(a.context)
         from recursa.preflight import check_options
         check_options(opts, say=notes.info)
         from recursa.console import ConsoleView, JsonLinesView
