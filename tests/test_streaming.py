@@ -60,6 +60,17 @@ async def test_openai_stream_same_completion_as_complete(srv):
     assert streamed.model == plain.model
 
 
+async def test_openrouter_reported_cost_is_the_same_streamed():
+    with OpenAITestServer(reported_cost=0.0123) as s:
+        c = OpenAIClient("m", base_url=s.base_url, provider="openrouter")
+        try:
+            streamed = await c.astream(MSGS, lambda *_: None)
+            plain = await c.complete(MSGS)
+        finally:
+            await c.aclose()
+    assert streamed.cost_usd == plain.cost_usd == 0.0123 and streamed.usage == plain.usage
+
+
 async def test_anthropic_stream_same_completion_as_complete(srv):
     c = AnthropicClient("claude-sonnet-4-5", base_url=srv.anthropic_base_url, api_key="x",
                         retry_base_delay=0.01)
