@@ -385,3 +385,36 @@ async def test_a_run_on_the_local_model_streams_its_turns(tmp_path):
     assert live.deltas_while_open >= 2
     lines = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
     assert lines and all(x.get("phase") != "delta" for x in lines)
+
+
+def test_cli_events_jsonl_streams_the_root_reply(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ctx = tmp_path / "ctx.txt"
+    ctx.write_text("some context")
+    trace = tmp_path / "t.jsonl"
+    src = str(Path(__file__).parents[1] / "src")
+    with OpenAITestServer(responder=_script, stream_chunk_chars=3,
+                          stream_chunk_delay=0.01) as s:
+        out = subprocess.run(
+            [sys.executable, "-m", "recursa.cli", "run", "q", "--context", str(ctx),
+             "--model", "openai:m", "--base-url", s.base_url, "--sandbox", "inprocess",
+             "--trace", str(trace), "--events", "jsonl"],
+            capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONPATH": src})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "42"
+    events = [json.loads(x) for x in out.stderr.splitlines()]
+    kinds = [(e.get("kind"), e.get("phase")) for e in events]
+    first_delta = kinds.index(("turn", "delta"))
+    assert first_delta < kinds.index(("turn", "update"))
+    text = StreamedText()
+    turn1 = events[first_delta]["id"]
+    for e in events:
+        if e.get("phase") == "delta" and e["id"] == turn1:
+            text.add(e["data"]["text"], e["data"]["offset"])
+    assert text.text == REPLY
+    assert all(json.loads(x).get("phase") != "delta" for x in trace.read_text().splitlines())
