@@ -241,6 +241,12 @@ class _Handler(BaseHTTPRequestHandler):
         text = self._reply(_text(users[-1].get("content")) if users else "", empty)
         pt = count_tokens("".join(_text(m.get("content")) for m in msgs))
         ct = count_tokens(text)
+        usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
+                 "prompt_tokens_details": {"cached_tokens": min(self.srv.cached_tokens, pt)}}
+        if entry["body"].get("stream"):
+            self._azure_stream(text, usage, bool((entry["body"].get("stream_options") or {})
+                                                 .get("include_usage")))
+            return
         self._send(200, {
             "id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion",
             "created": 0, "model": self.srv.azure_model,
@@ -249,6 +255,33 @@ class _Handler(BaseHTTPRequestHandler):
             "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
                       "prompt_tokens_details": {
                           "cached_tokens": min(self.srv.cached_tokens, pt)}}})
+
+    def _azure_stream(self, text: str, usage: dict[str, Any], include_usage: bool) -> None:
+        """Azure's SSE: a first chunk with no choices (the prompt's content-filter results),
+        then OpenAI's chunks, 5 characters each."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        base = {"id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion.chunk",
+                "created": 0, "model": self.srv.azure_model}
+
+        def send(obj: dict[str, Any]) -> None:
+            self.wfile.write(b"data: " + json.dumps({**base, **obj}).encode() + b"\n\n")
+
+        send({"model": "", "choices": [], "prompt_filter_results": [
+            {"prompt_index": 0, "content_filter_results": {}}]})
+        send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                           "finish_reason": None}]})
+        for i in range(0, len(text), 5):
+            send({"choices": [{"index": 0, "delta": {"content": text[i:i + 5]},
+                               "finish_reason": None}]})
+        send({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if include_usage:
+            send({"choices": [], "usage": usage})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
 
     def _bedrock(self, model_id: str, entry: dict[str, Any], empty: bool) -> None:
         auth = entry["headers"].get("authorization", "")

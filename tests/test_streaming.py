@@ -86,6 +86,24 @@ async def test_anthropic_stream_same_completion_as_complete(srv):
     assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
 
 
+async def test_azure_stream_same_completion_as_complete():
+    from provider_fakes import ProviderFake
+    from recursa.models import make_client
+    with ProviderFake(cached_tokens=2) as fake:
+        c = make_client("azure:my-4o-mini", azure_endpoint=fake.url, api_key="az-key")
+        try:
+            got, on_delta = _collect()
+            streamed = await c.astream(MSGS, on_delta)
+            plain = await c.complete(MSGS)
+        finally:
+            await c.aclose()
+        assert fake.requests[0]["body"]["stream"] is True
+    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text == plain.text
+    assert streamed.model == plain.model == "gpt-4o-mini-2024-07-18"
+    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == 2
+    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
+
+
 async def test_cut_stream_is_retried_from_the_start(srv):
     c = OpenAIClient("m", base_url=srv.base_url, retry_base_delay=0.01)
     srv.inject(Fault.cut(9))
