@@ -436,3 +436,21 @@ def test_cli_events_jsonl_streams_the_root_reply(tmp_path):
             text.add(e["data"]["text"], e["data"]["offset"])
     assert text.text == REPLY
     assert all(json.loads(x).get("phase") != "delta" for x in trace.read_text().splitlines())
+
+
+def test_server_progress_of_deltas_and_a_restarted_reply():
+    from recursa.server.common import Progress
+    p = Progress()
+
+    def ev(phase: str, depth: int = 0, **data: Any) -> Event:
+        return Event(kind="turn", id="t", phase=phase, depth=depth, data=data)
+    out = []
+    for e in (ev("start", turn=1), ev("delta", text="print(", offset=0),
+              ev("delta", text="pr", offset=0), ev("delta", text="int(1)", offset=2),
+              ev("delta", depth=1, text="child", offset=0), ev("end", blocks=1)):
+        item = p.feed(e, deltas=True)
+        if item is not None:
+            out.append(p.reasoning(item))
+    assert "".join(out) == ("turn 1\nprint(\n[the model's reply restarted: its stream was cut]\n"
+                            "print(1)\nmodel wrote 1 code block(s)\n")
+    assert Progress().feed(ev("delta", text="x", offset=0)) is None    # MCP: no deltas
