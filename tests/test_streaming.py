@@ -104,6 +104,25 @@ async def test_azure_stream_same_completion_as_complete():
     assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
 
 
+async def test_litellm_stream_same_completion_as_complete_and_a_cut_is_retried(srv):
+    from recursa.models import make_client
+    c = make_client("litellm:openai/gpt-4o-mini", base_url=srv.base_url, api_key="x",
+                    retry_base_delay=0.01)
+    got, on_delta = _collect()
+    streamed = await c.astream(MSGS, on_delta)
+    plain = await c.complete(MSGS)
+    assert srv.requests[0]["stream"] is True
+    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text == plain.text
+    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == 3
+    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
+    srv.inject(Fault.cut(7))
+    got.clear()
+    again = await c.astream(MSGS, on_delta)
+    assert again.text == plain.text and c.stats.retries == 1
+    assert [o for _, o in got].count(0) == 2
+    assert c.stats.last_errors[-1].count("127.0.0.1") == 1   # the model is named once
+
+
 async def test_cut_stream_is_retried_from_the_start(srv):
     c = OpenAIClient("m", base_url=srv.base_url, retry_base_delay=0.01)
     srv.inject(Fault.cut(9))

@@ -47,7 +47,7 @@ class LocalClient:
                  cache_dir: str | None = None, wheel_dir: str | None = None,
                  progress: Callable[[str], None] | None = None,
                  default_options: dict[str, Any] | None = None,
-                 server_args: tuple[str, ...] = ()) -> None:
+                 server_args: tuple[str, ...] = (), stream: bool = True) -> None:
         self.model = model
         self.name = name or f"local:{model}"
         looks_like_path = model.endswith(".gguf") or os.sep in model or model.startswith("~")
@@ -70,6 +70,7 @@ class LocalClient:
         self.progress = progress
         self.default_options = dict(default_options or {})
         self.server_args = tuple(server_args)
+        self.stream = stream          # False: astream never streams
         self._server: llama_server.LlamaServer | None = None
         self._http: httpx.AsyncClient | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
@@ -181,6 +182,8 @@ class LocalClient:
         """`complete`, streamed (llama.cpp's `stream: true` with `include_usage`): the text
         goes to `on_delta(piece, offset)` token by token; usage as `complete` reports it.
         No retries: a local server that fails mid-reply has usually died, which says so."""
+        if not self.stream:
+            return await self.complete(messages, **options)
         body, timeout = self._body(messages, options)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}

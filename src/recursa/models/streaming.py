@@ -31,6 +31,7 @@ class StreamCut(ModelError):
     """The stream ended before the server said the reply was complete."""
 
     def __init__(self, where: str, chars: int, cause: str = ""):
+        cause = cause.removeprefix(f"{where}: ")     # an SDK error already naming the model
         why = f": {cause}" if cause else ""
         super().__init__(f"{where}: the stream was cut after {chars:,} characters of the "
                          f"reply{why}", retryable=True)
