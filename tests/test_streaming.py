@@ -123,6 +123,26 @@ async def test_litellm_stream_same_completion_as_complete_and_a_cut_is_retried(s
     assert c.stats.last_errors[-1].count("127.0.0.1") == 1   # the model is named once
 
 
+async def test_gemini_stream_same_completion_as_complete():
+    pytest.importorskip("google.genai")
+    from provider_fakes import ProviderFake
+    from recursa.models import make_client
+    with ProviderFake(cached_tokens=2) as fake:
+        c = make_client("gemini:gemini-2.5-flash", base_url=fake.url, api_key="gk-test")
+        try:
+            got, on_delta = _collect()
+            streamed = await c.astream(MSGS, on_delta)
+            plain = await c.complete(MSGS)
+        finally:
+            await c.aclose()
+        assert "streamGenerateContent" in fake.requests[0]["path"]
+    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text == plain.text
+    assert "thinking" not in streamed.text                     # thoughts are not the reply
+    assert streamed.model == plain.model
+    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == 2
+    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
+
+
 async def test_cut_stream_is_retried_from_the_start(srv):
     c = OpenAIClient("m", base_url=srv.base_url, retry_base_delay=0.01)
     srv.inject(Fault.cut(9))
