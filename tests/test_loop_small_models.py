@@ -17,11 +17,11 @@ from recursa.compaction import msg_tokens as _msg_tokens
 from recursa.envs.sft import root_calls, root_conversations, root_messages
 from recursa.models.replay import ReplayClient
 from recursa.parse import (
+    answer_text,
     code_blocks,
     final_line,
     final_literal,
     normalize_code,
-    plain_answer,
     prose_answer,
 )
 from recursa.trace import load
@@ -392,4 +392,4 @@ def test_every_new_path_in_one_run_is_rebuilt_exactly(tmp_path: Path) -> None:
     ("The city is Lyon.", "The city is Lyon."),
 ])
 def test_last_turn_answers_are_plain_text(reply: str, answer: str) -> None:
-    assert plain_answer(reply) == answer
+    assert answer_text(reply) == answer
