@@ -195,6 +195,9 @@ class Dispatcher:
             else:
                 comp = await self.call_model(client, messages, role=node.role, subcall=True,
                                              options=options)
+        except asyncio.CancelledError:   # its cell was cut (the time limit): end the span
+            self._fail(ev, node, "Error: cancelled", t0)
+            raise
         except BudgetExceeded as e:
             return self._fail(ev, node, f"Error: {e} (no more sub-calls can be made)", t0)
         except RecursaError as e:

@@ -148,6 +148,7 @@ class _Run:
         self.starting: asyncio.Task[None] | None = None
         self.announced = False
         self.node = Node(depth=depth, parent="", role="sub")
+        self.calls: set[asyncio.Task[Any]] = set()   # the REPL's calls being served
 
     async def run(self, context: Any) -> Result:
         st = self.st
@@ -156,6 +157,7 @@ class _Run:
         try:
             await self._open(context)
             await self._turns()
+            await self._stop_calls()
             if st.final is None and not isinstance(st.error, ModelError):
                 await self._last_turn()
         except ContextError as e:
@@ -187,7 +189,11 @@ class _Run:
             turn.replied(comp)
             self._append({"role": "assistant", "content": comp.text})
             extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, ...
-            blocks, nudge, failed = await self._act(comp.text, turn, extra)
+            try:
+                blocks, nudge, failed = await self._act(comp.text, turn, extra)
+            except asyncio.CancelledError:
+                turn.end(comp, error="cancelled", **extra)
+                raise
             feedback = self._feedback(blocks, nudge, failed, extra)
             turn.end(comp, blocks=len(blocks), ended=feedback is None, **extra)
             if st.final is not None:
@@ -219,6 +225,9 @@ class _Run:
         except ModelError as e:
             self.st.error = e
             turn.fail(str(e))
+        except asyncio.CancelledError:   # a child whose parent's cell was cut
+            turn.fail("cancelled")
+            raise
         return None
 
     async def _act(self, text: str, turn: TurnSpan,
@@ -274,7 +283,11 @@ class _Run:
         for i, block in enumerate(blocks):
             cell_id = turn.cell(i, block)
             self.node.parent = cell_id    # sub-calls and children hang under the cell
-            cell = await self._run_cell(block)
+            try:
+                cell = await self._run_cell(block)
+            except asyncio.CancelledError:
+                turn.cell_end(cell_id, Cell(error="cancelled"), "")
+                raise
             shown = format_cell(cell, self.env.max_output_chars // len(blocks))
             failed += cell.error is not None
             st.answer = cell.answer
@@ -378,7 +391,13 @@ class _Run:
 
         async def handler(kind: str, args: dict[str, Any]) -> Any:
             st.model_calls += 1
-            return await base_handler(kind, args)
+            task = asyncio.current_task()
+            if task is not None:
+                self.calls.add(task)
+            try:
+                return await base_handler(kind, args)
+            finally:
+                self.calls.discard(task)   # type: ignore[arg-type]
         # The worker starts while the root model writes its first reply: with a real model the
         # sandbox's start-up (a process, bubblewrap, the context load) costs no wall time.
         self.starting = asyncio.create_task(self.sandbox.start(prep.payload, handler))
@@ -414,18 +433,31 @@ class _Run:
         self.messages.append(msg)
         self.st.full.append(msg)
 
+    async def _stop_calls(self) -> None:
+        """Cancel the REPL's calls still running (the sub-calls and children of a cell cut at
+        the time limit) and let them end, so that their spans close before this run's."""
+        pending = [t for t in self.calls if not t.done() and t is not asyncio.current_task()]
+        for t in pending:
+            if not t.cancelling():     # a second cancel would cut a child's own clean-up
+                t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=2.0)
+
     async def _close(self) -> Result:
-        if self.starting is not None:   # never leave the start running or its error unretrieved
-            self.starting.cancel()
-            await asyncio.gather(self.starting, return_exceptions=True)
-        if self.sandbox is not None:
-            await self.sandbox.close()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-        res = self._result()
-        # tree totals only on the top-level run: a child's own figures are its subtree's sums
-        self.rec.finish(res, totals=tree_totals(self.env.ledger, res) if self.depth == 0
-                        else None)
+        try:
+            if self.starting is not None:   # never leave the start running or its error
+                self.starting.cancel()      # unretrieved
+                await asyncio.gather(self.starting, return_exceptions=True)
+            if self.sandbox is not None:
+                await self.sandbox.close()
+            await self._stop_calls()
+            if self.workdir is not None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        finally:   # even when cancelled again: the trace gets this run's final and end
+            res = self._result()
+            # tree totals only on the top-level run: a child's own are its subtree's sums
+            self.rec.finish(res, totals=tree_totals(self.env.ledger, res) if self.depth == 0
+                            else None)
         return res
 
     def _result(self) -> Result:

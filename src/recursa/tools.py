@@ -419,7 +419,13 @@ async def _run_call(dispatcher: ModelCaller, toolset: ToolSet, call: ToolCall, n
     if call.error or tool is None:
         text = f"Error: {call.error or f'unknown tool {call.name!r}'}"
     else:
-        text = await call_tool(tool, call.arguments)
+        try:
+            text = await call_tool(tool, call.arguments)
+        except asyncio.CancelledError:      # the sub-call was cut: end the span
+            dispatcher.tracer.emit("tool", id=ev, phase="end", parent=parent, depth=node.depth,
+                                   name=call.name, error="Error: cancelled",
+                                   elapsed_s=round(time.monotonic() - t0, 4))
+            raise
     elapsed = time.monotonic() - t0
     failed = text.startswith("Error:")
     toolset.calls += 1
