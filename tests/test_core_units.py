@@ -192,3 +192,32 @@ def test_reservation_estimate_counts_non_ascii_scripts_conservatively():
     assert text_tokens(cjk) >= 400
     cyr = "\u0436" * 400                       # two UTF-8 bytes each
     assert 200 <= text_tokens(cyr) <= 400
+
+
+# ---------------------------------------------------------------- typed answers
+def test_output_spec_reads_fenced_json_and_python_literals():
+    from pydantic import BaseModel
+
+    from recursa.output import OutputSpec
+
+    class Item(BaseModel):
+        name: str
+        n: int
+
+    spec = OutputSpec.of(list[Item])
+    assert spec.schema["type"] == "array"
+    assert spec.parse('```json\n[{"name": "a", "n": 1}]\n```') == [Item(name="a", n=1)]
+    assert spec.parse("[{'name': 'b', 'n': 2}]") == [Item(name="b", n=2)]   # FINAL(list) repr
+
+
+def test_output_spec_errors_are_short_and_name_the_place():
+    from recursa.output import OutputInvalid, OutputSpec
+
+    spec = OutputSpec.of({"type": "object", "required": ["a"],
+                          "properties": {"a": {"type": "array", "items": {"type": "integer"}}}})
+    with pytest.raises(OutputInvalid) as e:
+        spec.parse('{"a": [1, "two", 3]}')
+    assert str(e.value) == "$.a[1]: 'two' is not of type 'integer'"
+    with pytest.raises(OutputInvalid, match="not JSON"):
+        spec.parse("the answer is 3")
+    assert OutputSpec.of(spec) is spec

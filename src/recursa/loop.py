@@ -191,8 +191,9 @@ class _Run:
             extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, ...
             try:
                 blocks, nudge, failed = await self._act(comp.text, turn, extra)
-            except asyncio.CancelledError:
-                turn.end(comp, error="cancelled", **extra)
+            except BaseException as e:      # the span ends whatever cut the turn short
+                turn.end(comp, error="cancelled" if isinstance(e, asyncio.CancelledError)
+                         else f"{type(e).__name__}: {e}", **extra)
                 raise
             feedback = self._feedback(blocks, nudge, failed, extra)
             turn.end(comp, blocks=len(blocks), ended=feedback is None, **extra)
