@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from recursa.dispatch import cache_mark
 from recursa.types import Cell, Completion, Result
 
 if TYPE_CHECKING:
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 
 
 def completion_fields(comp: Completion) -> dict[str, Any]:
-    """What a turn's end (or update) event says about its model call."""
+    """What a turn's end event says about its model call."""
     return dict(text=comp.text, usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
-                model=comp.model, latency_s=round(comp.latency_s, 4))
+                model=comp.model, latency_s=round(comp.latency_s, 4), **cache_mark(comp))
 
 
 class TurnSpan:
@@ -50,7 +51,8 @@ class TurnSpan:
         """The spend, written the moment the model answered: a host killed while the turn's
         cells run still leaves it in the trace."""
         self._emit("turn", id=self.id, phase="update", parent=self.run.id,
-                   usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, model=comp.model)
+                   usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, model=comp.model,
+                   **cache_mark(comp))
 
     def end(self, comp: Completion, **data: Any) -> None:
         self._emit("turn", id=self.id, phase="end", parent=self.run.id,
@@ -115,8 +117,8 @@ def result_from(ledger: Ledger, tracer: Tracer, **fields: Any) -> Result:
     return Result(usage={k: v.model_copy(deep=True) for k, v in ledger.by_role.items()},
                   usage_by_model={k: v.model_copy(deep=True)
                                   for k, v in ledger.by_model.items()},
-                  cost_usd=ledger.cost_usd, subcalls=ledger.subcalls, run_id=tracer.run_id,
-                  **fields)
+                  cost_usd=ledger.cost_usd, subcalls=ledger.subcalls,
+                  cache_hits=ledger.cache_hits, run_id=tracer.run_id, **fields)
 
 
 def tree_totals(ledger: Ledger, res: Result) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import concurrent.futures
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, Node
@@ -16,6 +16,9 @@ from recursa.output import OutputSpec
 from recursa.tools import Tool, ToolSet
 from recursa.trace import CallbackSink, JsonlSink, Tracer, new_id
 from recursa.types import Event, ModelClient, Result, Sandbox, TraceSink, context_window
+
+if TYPE_CHECKING:
+    from recursa.models.cache import ResponseCache
 
 _BUDGET_FIELDS = set(Budget.model_fields)
 
@@ -33,6 +36,8 @@ class RLM:
     `cell_timeout`, `max_consecutive_errors`) may be given one by one or as `budget=Budget(...)`,
     and overridden per call. `sub_tools`: functions (or a `recursa.tools.ToolSet`) that only
     sub-models may call; the REPL and the root see only the sub-model's final answer.
+    `cache`: True (the default file), a path, or a `recursa.models.cache.ResponseCache`:
+    replies to requests seen before come from disk at no cost (docs/cache.md).
     """
 
     def __init__(self, model: str | ModelClient | None = None,
@@ -53,6 +58,8 @@ class RLM:
                  client_options: dict[str, Any] | None = None,
                  sub_tools: ToolSet | Sequence[Callable[..., Any] | Tool] | None = None,
                  last_turn_seconds: float | None = None,
+                 cache: bool | str | os.PathLike[str] | ResponseCache | None = None,
+                 cache_nondeterministic: bool = False,
                  **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
@@ -90,6 +97,9 @@ class RLM:
         if last_turn_seconds is not None and last_turn_seconds <= 0:
             raise ValueError("last_turn_seconds must be positive")
         self.last_turn_seconds = last_turn_seconds
+        # response cache (recursa.models.cache): opened now, so a bad path fails here
+        from recursa.models.cache import open_cache
+        self.cache, self.cache_nondeterministic = open_cache(cache), cache_nondeterministic
 
     # ------------------------------------------------------------ public API
     def completion(self, query: str, context: Any = None, *, output: Any = None,
@@ -163,17 +173,18 @@ class RLM:
     # ------------------------------------------------------------ helpers
     def _client(self, spec: str | ModelClient, base_url: str | None, api_key: str | None,
                 owned: list[ModelClient]) -> ModelClient:
+        from recursa.models.cache import cached
         if not isinstance(spec, str):
-            return spec
+            return cached(spec, self.cache, nondeterministic=self.cache_nondeterministic)
         from recursa.models import make_client
         opts = dict(self.client_options)
-        if base_url and spec.split(":", 1)[0] in ("openai", "vllm", "openrouter"):
+        if base_url and spec.split(":", 1)[0] not in ("local", "replay"):   # those have no URL
             opts["base_url"] = base_url
         if api_key:
             opts["api_key"] = api_key
         client = make_client(spec, **opts)
         owned.append(client)
-        return client
+        return cached(client, self.cache, nondeterministic=self.cache_nondeterministic)
 
     def _provider(self, spec: Any) -> str | None:
         return spec.split(":", 1)[0] if isinstance(spec, str) else None

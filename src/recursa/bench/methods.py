@@ -16,11 +16,12 @@ and return a `recursa.types.Result`, so the runner treats them alike.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher
@@ -67,6 +68,12 @@ class MethodConfig(BaseModel):
     chunk_tokens: int = 2000              # compaction window
     passage_tokens: int = 200             # codeact-bm25 passage size
     tips: str | None = None
+    cache: bool | str | None = None       # response cache: True (default file) or a path
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _path_str(cls, v: Any) -> Any:    # a Path becomes its string: specs stay plain JSON
+        return os.fspath(v) if isinstance(v, os.PathLike) else v
 
     @property
     def label(self) -> str:
@@ -128,6 +135,7 @@ def split_chunks(text: str, chunk_chars: int) -> list[str]:
 
 def _make_clients(cfg: MethodConfig) -> tuple[ModelClient, ModelClient]:
     from recursa.models import make_client
+    from recursa.models.cache import cached
 
     def build(spec: str, base_url: str | None) -> ModelClient:
         # client options (n_ctx, ...) are for in-process clients; endpoints get base_url only
@@ -136,7 +144,7 @@ def _make_clients(cfg: MethodConfig) -> tuple[ModelClient, ModelClient]:
             opts["responses"] = _import_attr(opts.pop("responder"))
         if base_url and spec.split(":", 1)[0] in ("openai", "vllm", "openrouter"):
             opts["base_url"] = base_url
-        return make_client(spec, **opts)
+        return cached(make_client(spec, **opts), cfg.cache)
 
     root = build(cfg.model, cfg.base_url)
     if not cfg.sub_model or cfg.sub_model == cfg.model:
