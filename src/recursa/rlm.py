@@ -38,6 +38,8 @@ class RLM:
     sub-models may call; the REPL and the root see only the sub-model's final answer.
     `cache`: True (the default file), a path, or a `recursa.models.cache.ResponseCache`:
     replies to requests seen before come from disk at no cost (docs/cache.md).
+    `last_turn_seconds`: the timeout of the one last-answer turn the run gets at a limit
+    (default: a quarter of `max_seconds`, within 5-60 s; none without `max_seconds`).
     """
 
     def __init__(self, model: str | ModelClient | None = None,
