@@ -383,3 +383,8 @@ def test_bad_output_spec_is_refused_before_the_run(output, error, match):
     with pytest.raises(error, match=match):
         RLM(model=client, sandbox="inprocess").completion("q", context=CTX, output=output)
     assert client.calls == []
+
+
+def test_last_turn_seconds_must_be_positive():
+    with pytest.raises(ValueError, match="last_turn_seconds must be positive"):
+        RLM(model=ReplayClient(["x"]), last_turn_seconds=0)
