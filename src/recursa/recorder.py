@@ -54,9 +54,12 @@ class TurnSpan:
                    usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, model=comp.model,
                    **cache_mark(comp))
 
-    def end(self, comp: Completion, **data: Any) -> None:
-        self._emit("turn", id=self.id, phase="end", parent=self.run.id,
-                   **completion_fields(comp), **data)
+    def end(self, comp: Completion | None = None, **data: Any) -> None:
+        """End the turn: its model call's text, usage, cost, model and latency, plus `data`.
+        Without `comp` (the reply came from elsewhere, e.g. a trainer's policy), pass
+        `text=` and whatever else is known in `data`."""
+        fields = completion_fields(comp) if comp is not None else {}
+        self._emit("turn", id=self.id, phase="end", parent=self.run.id, **fields, **data)
 
     def fail(self, error: str, **data: Any) -> None:
         self._emit("turn", id=self.id, phase="end", parent=self.run.id, error=error, **data)
