@@ -276,8 +276,9 @@ class SubprocessTransport(PipeTransport):
                  proc: subprocess.Popen[bytes] | None = None,
                  env: Mapping[str, str] | None = None, cwd: str | None = None,
                  pass_fds: Sequence[int] = (), stderr_tail: int = 8192,
-                 marker: str | None = None):
+                 marker: str | None = None, on_start: Callable[[int], None] | None = None):
         super().__init__(stderr_tail=stderr_tail)
+        self.on_start = on_start   # called with the pid once the process exists
         if (argv is None) == (proc is None):
             raise ValueError("give either argv or proc")
         if proc is not None and (proc.stdin is None or proc.stdout is None
@@ -307,6 +308,8 @@ class SubprocessTransport(PipeTransport):
                 pass_fds=self.pass_fds,
                 start_new_session=True)  # its own process group, so kill() reaches the group
         proc = self._proc
+        if self.on_start is not None:
+            self.on_start(proc.pid)
         await self._connect(proc.stdin, proc.stdout, proc.stderr)
 
     async def wait_exit(self, timeout: float) -> int | None:
@@ -335,8 +338,8 @@ class AdoptedTransport(SubprocessTransport):
     """`SubprocessTransport` over a process started earlier (a pre-started spare worker)."""
 
     def __init__(self, proc: subprocess.Popen[bytes], *, stderr_tail: int = 8192,
-                 marker: str | None = None):
-        super().__init__(proc=proc, stderr_tail=stderr_tail, marker=marker)
+                 marker: str | None = None, on_start: Callable[[int], None] | None = None):
+        super().__init__(proc=proc, stderr_tail=stderr_tail, marker=marker, on_start=on_start)
 
 
 def close_popen_pipes(proc: subprocess.Popen[bytes]) -> None:

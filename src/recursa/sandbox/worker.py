@@ -563,7 +563,31 @@ def _apply_limits(limits: dict[str, int]) -> None:
             pass
 
 
+def _drop_bounding_caps() -> None:
+    # Belt and braces: capabilities are cleared by setuid() below, and bubblewrap sets
+    # no_new_privs, but with an empty bounding set nothing could ever regain one.
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        for cap in range(64):
+            prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP; fails harmlessly without CAP_SETPCAP
+    except Exception:
+        pass
+
+
+def join_cgroups(fds: list[int]) -> None:
+    """Move this process into the groups whose `cgroup.procs` the host opened for us ("0" is
+    the writer itself), so every process started from here on is counted against the limits."""
+    for fd in fds:
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+
 def _drop_privileges(uid: int, gid: int | None) -> None:
+    _drop_bounding_caps()
     os.setgroups([])
     os.setgid(gid if gid is not None else uid)
     os.setuid(uid)
@@ -580,6 +604,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="open this file before dropping privileges (e.g. the context)")
     ap.add_argument("--uid", type=int, default=None)
     ap.add_argument("--gid", type=int, default=None)
+    ap.add_argument("--no-pdeathsig", action="store_true",
+                    help="forked by the zygote: dies with its pid namespace, not its parent")
     ap.add_argument("--late-context", action="store_true",
                     help="a pre-started worker: wait for the host's init, open its context_path, "
                          "and only then drop privileges (--uid) and serve. Nothing but init is "
@@ -605,7 +631,8 @@ def main(argv: list[str] | None = None) -> int:
     _apply_limits(json.loads(args.limits))
     if args.uid is not None and not args.late_context:
         _drop_privileges(args.uid, args.gid)
-    _die_with_parent(parent)
+    if not args.no_pdeathsig:
+        _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
@@ -630,7 +657,8 @@ def main(argv: list[str] | None = None) -> int:
                 pass  # init below reports the error
         if args.uid is not None:
             _drop_privileges(args.uid, args.gid)
-            _die_with_parent(parent)  # setuid cleared the parent-death signal
+            if not args.no_pdeathsig:
+                _die_with_parent(parent)  # setuid cleared the parent-death signal
     worker = Worker(channel, preopened)
     if first is not None:
         worker.handle(first)
