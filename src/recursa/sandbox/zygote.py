@@ -18,6 +18,9 @@ Each run still gets what a worker of its own bubblewrap gets, and no view of ano
     bounding set and setuid()s, exactly like a worker started on its own.
 No user code ever runs in the zygote or before the uid drop.
 
+Each run's first process is forked straight into a new pid namespace (unshare(CLONE_NEWPID)
+before the fork, setns() back after it), is that namespace's init, and forks the worker.
+
 Control socket (SOCK_SEQPACKET, fd --control-fd): one JSON object per message.
   host -> zygote  {"op": "spawn", "id", "run", "uid", "limits", "tmp_bytes"}
                   with SCM_RIGHTS [stdin, stdout, stderr, *cgroup.procs]
@@ -29,13 +32,18 @@ host closes the socket; bubblewrap then tears the whole pid namespace down, runs
 
 from __future__ import annotations
 
+import argparse
 import array
 import ctypes
+import fcntl
+import gc
 import json
 import os
+import resource  # noqa: F401  (imported late by the worker: done once here)
 import select
 import signal
 import socket
+import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -71,24 +79,25 @@ def _umount(target: str) -> None:
 def _loopback_up() -> None:
     """Bring up `lo` in the run's new network namespace (as bubblewrap does): code that talks
     to itself over 127.0.0.1 works, and nothing else is reachable."""
-    import fcntl
-    import struct
-
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         iff_up, iff_loopback, iff_running = 0x1, 0x8, 0x40
         ifreq = struct.pack("16sH22s", b"lo", iff_up | iff_loopback | iff_running, b"")
         fcntl.ioctl(s.fileno(), 0x8914, ifreq)  # SIOCSIFFLAGS
 
 
-def _run_child(req: dict, fds: list[int], report: int) -> None:
-    """In the forked child: enter new namespaces, mount the run's view, fork the worker as
-    pid 1 of a new pid namespace, report its pid and exit. Never returns."""
+def _init(req: dict, fds: list[int]) -> None:
+    """The run's first process, pid 1 of its own pid namespace (forked by the zygote): join
+    the run's cgroup, enter new namespaces, mount the run's view, fork the worker, wait for it
+    and exit with its status. The worker is not pid 1 itself, so signals reach it as anywhere
+    else (the kernel shields a namespace's init from them); when this process ends, the
+    kernel kills everything left in the namespace. Never returns."""
+    code = 1
+    stdio, cgroup_fds = fds[:3], fds[3:]
     try:
         os.setsid()
-        stdio, cgroup_fds = fds[:3], fds[3:]
-        worker.join_cgroups(cgroup_fds)   # before forking, so the worker is born inside
-        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC
-                             | CLONE_NEWUTS | CLONE_NEWCGROUP), "unshare")
+        worker.join_cgroups(cgroup_fds)   # first: every process of the run is born inside
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+                             | CLONE_NEWCGROUP), "unshare")
         _loopback_up()
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         run = os.path.join(RUNS, os.path.basename(str(req["run"])))
@@ -99,26 +108,6 @@ def _run_child(req: dict, fds: list[int], report: int) -> None:
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={int(req['tmp_bytes'])},mode=1777")
         _umount(RUNS)   # the other runs' directories are gone from this namespace
-        pid = os.fork()
-        if pid == 0:
-            os.close(report)
-            _init(req, stdio)
-        os.write(report, f"pid {pid}".encode())
-        os._exit(0)
-    except BaseException as exc:  # noqa: BLE001 - report anything, never return
-        try:
-            os.write(report, f"err {type(exc).__name__}: {exc}".encode()[:4000])
-        finally:
-            os._exit(1)
-
-
-def _init(req: dict, stdio: list[int]) -> None:
-    """pid 1 of the run's pid namespace: mount its /proc, fork the worker, wait for it and
-    exit with its status. The worker is not pid 1 itself, so signals reach it as anywhere
-    else (the kernel shields a namespace's init from them); when this process ends, the
-    kernel kills everything left in the namespace."""
-    code = 1
-    try:
         _umount("/proc")
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         pid = os.fork()
@@ -130,6 +119,12 @@ def _init(req: dict, stdio: list[int]) -> None:
             if got == pid:
                 code = 128 + os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st)
                 break
+    except BaseException as exc:  # noqa: BLE001 - tell the host why, never return
+        try:
+            os.write(stdio[2], f"recursa zygote: the run's setup failed: "
+                               f"{type(exc).__name__}: {exc}\n".encode())
+        except OSError:
+            pass
     finally:
         os._exit(code)
 
@@ -145,9 +140,8 @@ def _worker(req: dict, stdio: list[int]) -> None:
         os.chdir("/workspace")
         os.environ["HOME"] = "/workspace"
         os.environ["TMPDIR"] = "/tmp"
-        argv = ["--limits", json.dumps(req.get("limits") or {}), "--late-context",
-                "--no-pdeathsig", "--uid", str(int(req["uid"]))]
-        code = worker.main(argv)
+        code = worker.run(req.get("limits") or {}, uid=int(req["uid"]), late_context=True,
+                          pdeathsig=False)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001
@@ -175,9 +169,8 @@ def _status(st: int) -> int:
 
 
 def serve(sock: socket.socket) -> int:
-    worker._prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: each worker re-parents to us when its
-    #                       intermediate parent exits, so we reap it and report its status
-    runs: dict[int, int] = {}   # worker pid (our namespace) -> run id
+    runs: dict[int, int] = {}   # pid of a run's init (our namespace) -> run id
+    own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -198,6 +191,25 @@ def serve(sock: socket.socket) -> int:
             if rid is not None:
                 send({"op": "exit", "id": rid, "status": _status(st)})
 
+    def spawn(msg: dict, fds: list[int]) -> str | None:
+        # The next child is pid 1 of a new pid namespace; then back to ours, so that the one
+        # after it gets a new namespace too.
+        _check(_libc.unshare(CLONE_NEWPID), "unshare")
+        try:
+            child = os.fork()
+        finally:
+            if os.getpid() != 1:
+                _check(_libc.setns(own_pidns, CLONE_NEWPID), "setns")
+        if child == 0:
+            sock.close()
+            for fd in (own_pidns, wake_r, wake_w):
+                os.close(fd)
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _init(msg, fds)
+        runs[child] = msg.get("id")
+        return None
+
     while True:
         ready, _, _ = select.select([sock, wake_r], [], [])
         if wake_r in ready:
@@ -213,38 +225,12 @@ def serve(sock: socket.socket) -> int:
             return 0   # the host closed the socket
         op = msg.get("op")
         if op == "spawn":
-            r, w = os.pipe()
             try:
-                child = os.fork()
+                spawn(msg, fds)
+                reply = {"op": "spawned", "id": msg.get("id")}
             except OSError as exc:
-                os.close(r)
-                os.close(w)
-                for fd in fds:
-                    os.close(fd)
-                send({"op": "spawned", "id": msg.get("id"), "error": f"fork failed: {exc}"})
-                continue
-            if child == 0:
-                sock.close()
-                os.close(r)
-                os.close(wake_r)
-                os.close(wake_w)
-                signal.set_wakeup_fd(-1)
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                _run_child(msg, fds, w)
-            os.close(w)
-            for fd in fds:
-                os.close(fd)
-            out = b""
-            while chunk := os.read(r, 4096):
-                out += chunk
-            os.close(r)
-            text = out.decode(errors="replace")
-            if text.startswith("pid "):
-                runs[int(text[4:])] = msg.get("id")
-                send({"op": "spawned", "id": msg.get("id")})
-            else:
-                send({"op": "spawned", "id": msg.get("id"),
-                      "error": text[4:] or "the run's setup failed"})
+                reply = {"op": "spawned", "id": msg.get("id"), "error": str(exc)}
+            send(reply)
         elif op == "kill":
             for pid, rid in runs.items():
                 if rid == msg.get("id"):
@@ -252,18 +238,20 @@ def serve(sock: socket.socket) -> int:
                         os.kill(pid, signal.SIGKILL)  # pid 1 of its namespace: all of it dies
                     except OSError:
                         pass
-        for fd in fds if op != "spawn" else ():
+        for fd in fds:   # the run has its own copies
             os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     ap = argparse.ArgumentParser(prog="zygote.py")
     ap.add_argument("--control-fd", type=int, required=True)
     args = ap.parse_args(argv)
     sock = socket.socket(fileno=args.control_fd)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # Everything imported so far is shared by the forks: keep the collector from touching (and
+    # so copying) those pages in each of them.
+    gc.collect()
+    gc.freeze()
     try:
         return serve(sock)
     except (BrokenPipeError, ConnectionError):
