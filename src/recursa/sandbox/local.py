@@ -1,10 +1,14 @@
-"""LocalSandbox: the default sandbox, one worker subprocess per RLM, under bubblewrap if present.
+"""LocalSandbox: the default sandbox, one worker process per run, under bubblewrap if present.
 
 What is enforced (all configurable):
   * a clean environment (no host variables, hence no API keys), a private workspace as cwd/HOME;
   * rlimits set by the worker on itself before any user code runs: address space
     (`memory_mb`), CPU seconds over the worker's life (`cpu_seconds`), largest file written
     (`file_size_mb`), and processes (`max_processes`, see below);
+  * limits on the whole process tree (treelimits.py): memory (`memory_mb`) and processes
+    (`max_processes`, default 64, threads count) through a control group of the sandbox's own
+    where the host can make one (cgroup v2 or v1), else a host-side watch of the tree's resident
+    memory that stops and restarts the worker; `tree_limits` and `isolation` say which;
   * a cap on the workspace's total size (`disk_mb`), watched by the host while a cell runs:
     over it, the worker is killed and restarted and the workspace emptied (a per-file limit
     alone would let many files fill the disk);
@@ -13,26 +17,33 @@ What is enforced (all configurable):
     worker and the context (read-only, at /recursa/), the workspace (at /workspace) and a
     size-capped tmpfs /tmp are visible. It dies with its parent.
 
-Pre-started workers ("spares", `prewarm`): starting bubblewrap and a bare interpreter and
-importing the worker's modules costs about 100 ms. So a process-wide pool keeps `prewarm`
-(default 1, env RECURSA_PREWARM; 0 disables) started workers per configuration, spawned with
-plain `subprocess.Popen` from one long-lived thread (they are not tied to any event loop), and
-`start()` adopts one into the current loop; the next spare is started in the background. A
-spare is started before its context is known, so every worker (spare or not) is started the
-same way: the context is bound as a private, read-only directory (/recursa/ctx) into which
-`start()` hard-links (or copies) the payload file, and the worker first waits for `init`,
-opens that file, and only then drops its uid and serves cells (`--late-context`); nothing but
-`init` is accepted before the drop. A spare is used once; one that died or is older than
-RECURSA_PREWARM_MAX_AGE seconds (600) is discarded and replaced; all are killed at interpreter
-exit, and die with the host anyway (bwrap --die-with-parent / PR_SET_PDEATHSIG). The
-directories of a killed host are named after it (`recursa.tempdirs.owned_tempdir`) and removed
-by the next process's sweep of stale ones.
+How a worker starts. Starting bubblewrap and a bare interpreter and importing the worker's
+modules costs ~90 ms of CPU. Two ways avoid paying it per run:
+  * the zygote (forkserver.py, zygote.py; bubblewrap as root, the default there): one fork
+    server per configuration, inside one bubblewrap, with the worker imported; each run is a
+    fork that enters its own mount, pid, network, IPC, UTS and cgroup namespaces, sees only its
+    own workspace, context and /tmp, joins its own cgroup and drops to its own uid. About 10 ms
+    of CPU per start, all of it counted. `zygote=False` / RECURSA_ZYGOTE=0 turn it off.
+  * spares (elsewhere, e.g. without root or without bubblewrap): a process-wide pool keeps
+    `prewarm` (default 1, env RECURSA_PREWARM; 0 disables) started workers per configuration,
+    spawned with plain `subprocess.Popen` from one long-lived thread (they are not tied to any
+    event loop), and `start()` adopts one into the current loop; the next spare is started in
+    the background. That hides the start's latency, not its CPU.
+Either way the context is not known when the worker starts: it is bound as a private, read-only
+directory (/recursa/ctx) into which `start()` hard-links (or copies) the payload file, and the
+worker first waits for `init`, opens that file, and only then drops its uid and serves cells
+(`--late-context`); nothing but `init` is accepted before the drop. A spare is used once; one
+that died or is older than RECURSA_PREWARM_MAX_AGE seconds (600) is discarded and replaced; all
+are killed at interpreter exit, and die with the host anyway (bwrap --die-with-parent /
+PR_SET_PDEATHSIG; a zygote's runs die with its pid namespace). The directories of a killed host
+are named after it (`recursa.tempdirs.owned_tempdir`) and removed by the next process's sweep.
 
 Processes: RLIMIT_NPROC is counted per *user id* and root is exempt from it, so it only means
 something when the worker runs as its own uid. When the host runs as root under bubblewrap,
 the worker therefore drops to a random unprivileged uid (200000-265535, one per worker) after
-opening the context, and the limit applies to that uid alone. Otherwise the process limit is not applied
-(it would count every process of the host user) and `isolation` says so.
+opening the context, and the limit applies to that uid alone. With a cgroup, `pids.max` bounds
+the tree in every mode; without one and without a uid of its own the process limit is not
+applied (it would count every process of the host user) and `isolation` says so.
 """
 
 from __future__ import annotations
