@@ -7,6 +7,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +163,58 @@ async def test_a_zygote_that_cannot_start_falls_back_to_a_worker_per_run(tmp_pat
     finally:
         await sb.close()
         local._NO_ZYGOTE.discard(sb.config)
+
+
+KILLED = textwrap.dedent("""
+    import asyncio, sys
+    from recursa.sandbox import LocalSandbox
+    from recursa.types import ContextPayload
+
+    async def handler(kind, args):
+        return ""
+
+    async def main():
+        sb = LocalSandbox()
+        await sb.start(ContextPayload(path=sys.argv[1], kind="text", sha256="-",
+                                      size_bytes=1), handler)
+        print(sb.workspace, sb._cgroup.dirs if sb._cgroup else [], flush=True)
+        await sb.run("open('started', 'w').write('1')\\nimport time\\ntime.sleep(300)",
+                     timeout=600, max_output_chars=100)
+
+    asyncio.run(main())
+""")
+
+
+def test_a_killed_hosts_runs_and_groups_are_swept_by_the_next_process(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = tmp_path / "host.py"
+    script.write_text(KILLED)
+    ctx = payload_for(tmp_path, "c")
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env = {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": src}
+    host = subprocess.Popen([sys.executable, str(script), ctx.path], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        workspace, *groups = host.stdout.readline().split(" ", 1)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(os.path.join(workspace, "started")):
+            assert time.monotonic() < deadline, "no cell ran"
+            time.sleep(0.05)
+    finally:
+        host.kill()
+        host.wait()
+    runs = [p for p in tmp.iterdir() if p.name.startswith(f"recursa-runs-{host.pid}-")]
+    assert len(runs) == 1 and workspace.startswith(str(runs[0]))
+    group_dirs = eval(groups[0]) if groups else []
+    sweeper = ("from recursa.tempdirs import owned_tempdir, sweep_stale\n"
+               "from recursa.sandbox.treelimits import cgroup_host\n"
+               "print(len(sweep_stale())); cgroup_host()")
+    out = subprocess.run([sys.executable, "-c", sweeper], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert not runs[0].exists()
+    deadline = time.monotonic() + 10   # the zygote died with its host, the run with it
+    while any(os.path.exists(os.path.dirname(d)) for d in group_dirs):
+        assert time.monotonic() < deadline, group_dirs
+        time.sleep(0.1)

@@ -99,7 +99,7 @@ class Zygote:
 
     def _why(self) -> str:
         rc = self._proc.wait() if self._proc is not None else None
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):   # ValueError: closed by close()
             self._err.seek(0)
             tail = self._err.read()[-2000:].decode(errors="replace").strip()
             if tail:

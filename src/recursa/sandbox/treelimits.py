@@ -346,6 +346,9 @@ def cgroup_host() -> CgroupHost | None:
 def _cleanup() -> None:
     if _host is not None and _host.pid == os.getpid():
         _host.remove()
+        for d in (_host.memory_parent, _host.pids_parent):   # and those of killed hosts
+            if d:
+                _sweep_stale(os.path.dirname(d))
 
 
 atexit.register(_cleanup)
