@@ -587,6 +587,7 @@ class LocalSandbox:
         self._spec: WorkerSpec | None = None
         self._session: WorkerSession | None = None
         self._cgroup: RunCgroup | None = None
+        self._disk_entries = 0          # files in the workspace at the last look
         self._closed = False
         self.isolation = self._describe()
 
@@ -774,7 +775,7 @@ class LocalSandbox:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
-        if watch_disk and await asyncio.to_thread(self._over_disk):   # written faster than we looked
+        if watch_disk and await self._disk_used() is None:   # written faster than we looked
             await asyncio.to_thread(self._empty_workspace)
             cell.stderr = (f"note: the workspace exceeded its {self.disk_mb} MB limit; its "
                            f"files were deleted\n") + cell.stderr
@@ -787,9 +788,26 @@ class LocalSandbox:
             self._cgroup.rearm()
         return cell
 
-    def _over_disk(self) -> bool:
+    async def _disk_used(self) -> int | None:
+        """Bytes in the workspace, None once over `disk_mb`. A small workspace is scanned
+        right here (tens of microseconds); a big one in a thread, off the loop."""
         assert self.workspace is not None and self.disk_mb
-        return disk_usage(self.workspace, limit=self.disk_mb * 1024 * 1024) is None
+        limit = self.disk_mb * 1024 * 1024
+        used, self._disk_entries = -1, self._disk_entries
+        if self._disk_entries < 1000:
+            used, self._disk_entries = disk_usage_entries(self.workspace, limit=limit,
+                                                          give_up_after=2000)
+        if used == -1:
+            used, self._disk_entries = await asyncio.to_thread(
+                disk_usage_entries, self.workspace, limit=limit)
+        return used
+
+    def _disk_wait(self, used: int) -> float:
+        """When to look again: soon near the cap, else no sooner than a fast writer (4 GB/s)
+        could reach it, and at most a second."""
+        assert self.disk_mb
+        left = self.disk_mb * 1024 * 1024 - used
+        return min(1.0, max(self.disk_poll, left / 4e9))
 
     def _empty_workspace(self) -> None:
         assert self.workspace is not None
@@ -820,10 +838,11 @@ class LocalSandbox:
         the host's disk), or when its processes together pass `memory_mb`."""
         over = asyncio.Event()
         key = self._watch_memory(session, over)
+        loop = asyncio.get_running_loop()
+        next_disk = loop.time() + self.disk_poll
         try:
             while True:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(over.wait(), self.disk_poll)
+                await asyncio.sleep(self.disk_poll)
                 if over.is_set() or (self._cgroup is not None and self._cgroup.over_memory()):
                     how = self.tree_limits
                     # The group's members now, not later: the restarted worker joins it too.
@@ -838,11 +857,15 @@ class LocalSandbox:
                     if self._cgroup is not None:
                         self._cgroup.rearm()
                     return
-                if watch_disk and await asyncio.to_thread(self._over_disk):
-                    await session.abort(f"its workspace exceeded the {self.disk_mb} MB limit, "
-                                        f"so it was stopped and the workspace emptied")
-                    await asyncio.to_thread(self._empty_workspace)
-                    return
+                if watch_disk and loop.time() >= next_disk:
+                    used = await self._disk_used()
+                    if used is None:
+                        await session.abort(f"its workspace exceeded the {self.disk_mb} MB "
+                                            f"limit, so it was stopped and the workspace "
+                                            f"emptied")
+                        await asyncio.to_thread(self._empty_workspace)
+                        return
+                    next_disk = loop.time() + self._disk_wait(used)
         finally:
             if key is not None:
                 WATCH.unwatch(key)
@@ -907,6 +930,13 @@ _NO_ZYGOTE: set[WorkerConfig] = set()   # configurations whose zygote could not 
 def disk_usage(root: str, *, limit: int, max_entries: int = 200_000) -> int | None:
     """Bytes allocated under `root`, or None once over `limit` bytes or `max_entries` files
     (a million empty files is also an attack on the disk)."""
+    return disk_usage_entries(root, limit=limit, max_entries=max_entries)[0]
+
+
+def disk_usage_entries(root: str, *, limit: int, max_entries: int = 200_000,
+                       give_up_after: int | None = None) -> tuple[int | None, int]:
+    """`disk_usage` and the number of entries seen; (-1, n) if more than `give_up_after`
+    entries had to be looked at (too many to scan on the event loop)."""
     total = 0
     entries = 0
     todo = [root]
@@ -918,6 +948,8 @@ def disk_usage(root: str, *, limit: int, max_entries: int = 200_000) -> int | No
         with it:
             for e in it:
                 entries += 1
+                if give_up_after is not None and entries > give_up_after:
+                    return -1, entries
                 try:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
@@ -926,5 +958,5 @@ def disk_usage(root: str, *, limit: int, max_entries: int = 200_000) -> int | No
                 if e.is_dir(follow_symlinks=False):
                     todo.append(e.path)
                 if total > limit or entries > max_entries:
-                    return None
-    return total
+                    return None, entries
+    return total, entries
