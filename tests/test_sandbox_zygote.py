@@ -218,3 +218,21 @@ def test_a_killed_hosts_runs_and_groups_are_swept_by_the_next_process(tmp_path):
     while any(os.path.exists(os.path.dirname(d)) for d in group_dirs):
         assert time.monotonic() < deadline, group_dirs
         time.sleep(0.1)
+
+
+async def test_idle_zygotes_of_other_configurations_are_stopped(tmp_path):
+    open_sb = await started(tmp_path, tmp_mb=41)   # its zygote has a run: never stopped
+    zygotes = []
+    try:
+        for mb in range(42, 42 + forkserver.MAX_IDLE + 3):
+            sb = await started(tmp_path, tmp_mb=mb)
+            zygotes.append(the_zygote(sb).get())
+            await sb.close()
+        alive = [z for z in zygotes if z.alive]
+        assert len(alive) <= forkserver.MAX_IDLE + 1
+        assert zygotes[-1].alive and not zygotes[0].alive
+        assert the_zygote(open_sb).get().alive
+        cell = await run(open_sb, "print(len(context))")
+        assert cell.stdout.strip() == "3" and not cell.restarted
+    finally:
+        await open_sb.close()

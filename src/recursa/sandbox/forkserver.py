@@ -293,16 +293,34 @@ _HOSTS_LOCK = threading.Lock()
 _PID = os.getpid()
 
 
+MAX_IDLE = 4   # zygotes of configurations with no open sandbox kept beyond this are stopped
+
+
 def zygote_host(key: Any, command: Any) -> ZygoteHost:
+    """The zygote of configuration `key` (made on first use). Each configuration (limits,
+    tmp size, interpreter) has its own; zygotes with no open sandbox, beyond the `MAX_IDLE` most
+    recently used, are stopped."""
     global _PID
+    idle: list[ZygoteHost] = []
     with _HOSTS_LOCK:
         if _PID != os.getpid():   # forked: the parent's zygotes are not ours
             _HOSTS.clear()
             _PID = os.getpid()
-        h = _HOSTS.get(key)
-        if h is None:
-            h = _HOSTS[key] = ZygoteHost(command)
-        return h
+        h = _HOSTS.pop(key, None) or ZygoteHost(command)
+        _HOSTS[key] = h           # most recently used last
+        for k in list(_HOSTS)[:-1][:max(0, len(_HOSTS) - 1 - MAX_IDLE)]:
+            if not _has_runs(_HOSTS[k]):
+                idle.append(_HOSTS.pop(k))
+    for old in idle:
+        old.close()
+    return h
+
+
+def _has_runs(h: ZygoteHost) -> bool:
+    try:
+        return bool(os.listdir(h.runs_dir))   # an open sandbox keeps its run directory
+    except OSError:
+        return False
 
 
 def shutdown() -> None:
