@@ -152,3 +152,29 @@ def test_the_watch_sums_a_tree_and_fires_once():
         assert len(fired) == 1
     finally:
         WATCH.unwatch(key)
+
+
+@needs_cgroups
+async def test_a_tree_the_kernel_killed_for_memory_is_reported_as_such(tmp_path):
+    """What cgroup v2 does (memory.oom.group: the kernel kills the tree before the host's
+    watch looks), made to happen here: the OOM killer is turned back on for the group and the
+    worker itself is the biggest process when the tree passes the limit."""
+    sb = await started(tmp_path, memory_mb=250)
+    try:
+        assert sb._cgroup is not None
+        if sb._cgroup.kind == "cgroup1":
+            with open(os.path.join(sb._cgroup.memory_dir, "memory.oom_control"), "w") as f:
+                f.write("0")
+        sb.disk_poll = 30.0   # keep the watch out of it
+        code = ("import subprocess, sys, time\n"
+                "mine = bytearray(120 * 2**20)\n"
+                "ks = [subprocess.Popen([sys.executable, '-c', 'b = bytearray(80 * 2**20); "
+                "import time; time.sleep(60)']) for _ in range(2)]\n"
+                "time.sleep(30)\n")
+        cell = await run(sb, code, timeout=60)
+        assert cell.restarted, cell
+        assert "250 MB memory limit" in cell.error, cell.error
+        nxt = await run(sb, "print('alive')")
+        assert nxt.stdout == "alive\n" and nxt.error is None, nxt
+    finally:
+        await sb.close()

@@ -682,6 +682,7 @@ class LocalSandbox:
         self._session = WorkerSession(
             transport, context_path=ctx_path, kind=payload.kind, handler=handler,
             start_timeout=self.start_timeout, interrupt_grace=self.interrupt_grace)
+        self._session.explain_death = self._explain_death
         try:
             await self._session.start()
         except SandboxError as exc:
@@ -735,6 +736,7 @@ class LocalSandbox:
         self._session = WorkerSession(
             transport, context_path=ctx_path, kind=payload.kind, handler=handler,
             start_timeout=self.start_timeout, interrupt_grace=self.interrupt_grace)
+        self._session.explain_death = self._explain_death
         try:
             try:
                 await self._session.start()
@@ -750,6 +752,20 @@ class LocalSandbox:
                 POOL.discard(spare)  # type: ignore[arg-type]
             await self.close()
             raise
+
+    def _memory_reason(self) -> str:
+        how = self.tree_limits
+        return (f"its processes together went over the sandbox's {self.memory_mb} MB memory "
+                f"limit ({how if how != 'watch' else 'host watch'}), so all of them were "
+                f"stopped")
+
+    def _explain_death(self) -> str | None:
+        """A worker that died because its group hit the memory limit (cgroup v2 kills the
+        whole group at once, before the watch can look) is reported as such."""
+        if self._cgroup is not None and self._cgroup.over_memory():
+            self._cgroup.rearm()
+            return self._memory_reason()
+        return None
 
     def _join_cgroup(self, pid: int) -> None:
         """Put a worker started as its own command (and what it started so far: bwrap's
@@ -844,13 +860,9 @@ class LocalSandbox:
             while True:
                 await asyncio.sleep(self.disk_poll)
                 if over.is_set() or (self._cgroup is not None and self._cgroup.over_memory()):
-                    how = self.tree_limits
                     # The group's members now, not later: the restarted worker joins it too.
                     old = self._cgroup.pids() if self._cgroup is not None else []
-                    await session.abort(
-                        f"its processes together went over the sandbox's {self.memory_mb} MB "
-                        f"memory limit ({how if how != 'watch' else 'host watch'}), so all of "
-                        f"them were stopped")
+                    await session.abort(self._memory_reason())
                     for pid in old:   # anything that left the worker's tree
                         with contextlib.suppress(ProcessLookupError, PermissionError):
                             os.kill(pid, signal.SIGKILL)
