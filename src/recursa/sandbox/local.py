@@ -635,9 +635,11 @@ class LocalSandbox:
                 self._cgroup = self._cg_host.new_group(
                     self.memory_mb * 1024 * 1024 if self.memory_mb else None,
                     self.max_processes or None)
-            except OSError as exc:
-                raise SandboxError(f"could not create the sandbox's control group: {exc}"
-                                   ) from exc
+            except OSError as exc:   # e.g. the parent group vanished: watch instead
+                log.warning("recursa: could not create the sandbox's control group (%s); "
+                            "watching its memory from the host instead", exc)
+                self._cg_host = None
+                self.isolation = self._describe()
         if self.use_zygote:
             try:
                 await self._start_forked(payload, handler)
