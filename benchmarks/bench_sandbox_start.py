@@ -58,6 +58,14 @@ def _join_own_cpuacct() -> str | None:
     base = _cpuacct_dir()
     if base is None:
         return None
+    for entry in os.listdir(base):   # groups of drivers that were killed
+        pid = entry.removeprefix("recursa-bench-")
+        if entry.startswith("recursa-bench-") and pid.isdigit() and \
+                not os.path.exists(f"/proc/{pid}"):
+            try:
+                os.rmdir(os.path.join(base, entry))
+            except OSError:
+                pass
     d = os.path.join(base, f"recursa-bench-{os.getpid()}")
     try:
         os.mkdir(d)
@@ -202,12 +210,26 @@ def drive(p: dict[str, Any]) -> dict[str, Any]:
         return out
     finally:
         if group:
-            try:
-                with open(os.path.join(os.path.dirname(group), "cgroup.procs"), "w") as f:
-                    f.write("0")
-                os.rmdir(group)
-            except OSError:
-                pass
+            _leave(group)
+
+
+def _leave(group: str) -> None:
+    """Stop what the driver started (zygotes, spares), leave the group and remove it."""
+    from recursa.sandbox import forkserver
+    from recursa.sandbox.local import POOL
+    forkserver.shutdown()
+    POOL.shutdown()
+    try:
+        with open(os.path.join(os.path.dirname(group), "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError:
+        return
+    for _ in range(50):   # the last processes may take a moment to exit
+        try:
+            os.rmdir(group)
+            return
+        except OSError:
+            time.sleep(0.1)
 
 
 # ---------------------------------------------------------------- the orchestrator
