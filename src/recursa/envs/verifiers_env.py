@@ -14,14 +14,15 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from recursa.extras import MissingExtra
+
 
 def verifiers_version() -> tuple[int, int]:
     """(major, minor) of the installed verifiers; ImportError when it is not installed."""
     try:
         v = version("verifiers")
     except PackageNotFoundError as e:
-        raise ImportError("the verifiers adapter needs verifiers: "
-                          "pip install 'recursa[verifiers]'") from e
+        raise MissingExtra("verifiers", "the verifiers adapter", module="verifiers") from e
     major, minor = (v.split(".") + ["0"])[:2]
     return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
 

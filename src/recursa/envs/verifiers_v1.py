@@ -32,12 +32,14 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from recursa.extras import MissingExtra
+
 try:
     import verifiers.v1 as vf
     from verifiers.v1.semantic import ACP_MODEL_REQUEST_ID_HEADER, SemanticEdge, SemanticEdgeSet
 except ImportError as e:   # the extra is optional: say how to get it
-    raise ImportError("the verifiers 0.4 adapter needs verifiers>=0.4: "
-                      "pip install 'recursa[verifiers]'") from e
+    raise MissingExtra("verifiers", "the verifiers 0.4 adapter", module="verifiers",
+                       detail="verifiers>=0.4") from e
 
 from recursa.envs.base import check_variant, get_env
 from recursa.types import Completion, Message, ModelClient
