@@ -1,20 +1,37 @@
 """Any OpenAI-compatible chat-completions endpoint: OpenAI, OpenRouter, vLLM, SGLang, Ollama,
-llama.cpp server... via the official `openai` SDK (async)."""
+llama.cpp server...
+
+Requests go through `http11.Pool`, a small keep-alive HTTP/1.1 client on asyncio streams: the
+`openai` SDK costs ~0.8 s to import (most of a CLI run's start-up) and ~2 ms of event-loop CPU per
+request (which kept big batches from going out as one wave). The SDK is still used, imported
+only then, when a proxy variable is set (httpx honours it) or a caller passes its own
+`http_client`. Both paths give the same `Completion` (with `raw` the reply as a dict) and the
+same ModelErrors.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
 import time
 from collections.abc import Mapping
 from typing import Any
-
-import openai
+from urllib.parse import urlencode
 
 from ..types import Completion, Message, ModelError, Usage
+from .http11 import HTTPError, HTTPTimeout, Pool, proxy_configured
 from .pricing import cost_usd
-from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
+from .retry import (
+    RETRYABLE_STATUSES,
+    EmptyResponseError,
+    RetryPolicy,
+    RetryStats,
+    model_error_from_sdk,
+    parse_retry_after,
+    with_retries,
+)
 
 log = logging.getLogger("recursa.models")
 
@@ -77,13 +94,23 @@ class OpenAIClient:
         self.prices = prices
         self.default_options = dict(default_options or {})
         self._warned: set[str] = set()
-        if http_client is None:   # share one TLS context: see tls.py
-            from .tls import shared_ssl_context
-            http_client = openai.DefaultAsyncHttpxClient(verify=shared_ssl_context())
-        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url,
-                                          max_retries=0, timeout=timeout,
-                                          default_headers=default_headers,
-                                          http_client=http_client)
+        self._sdk: Any = None
+        self._pool: Pool | None = None
+        if http_client is None and not proxy_configured():
+            self._headers = {"Authorization": f"Bearer {api_key}",
+                             "Content-Type": "application/json", "Accept": "application/json",
+                             **(default_headers or {})}
+            self._pool = Pool(self.base_url)
+        else:
+            import openai  # only here: see the module docstring
+            self._openai = openai
+            if http_client is None:   # share one TLS context: see tls.py
+                from .tls import shared_ssl_context
+                http_client = openai.DefaultAsyncHttpxClient(verify=shared_ssl_context())
+            self._sdk = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url,
+                                           max_retries=0, timeout=timeout,
+                                           default_headers=default_headers,
+                                           http_client=http_client)
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIClient({self.name!r}, base_url={self.base_url!r})"
@@ -129,60 +156,115 @@ class OpenAIClient:
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
         kw = self._request(messages, options)
         t0 = time.perf_counter()
-
-        async def attempt() -> Any:
-            try:
-                return await self._client.chat.completions.create(**kw)
-            except Exception as e:
-                raise model_error_from_sdk(e, openai, where=self._where) from e
-
+        attempt = self._post if self._pool is not None else self._sdk_create
         wants_tools = "tools" in kw
 
-        async def attempt_with_text() -> tuple[Any, str]:
-            resp = await attempt()
+        async def attempt_with_text() -> tuple[dict[str, Any], str]:
+            resp = await attempt(kw)
             return resp, self._text(resp, tool_calls_ok=wants_tools)
 
         resp, text = await with_retries(attempt_with_text, self.policy, self.stats,
                                         what=self.name)
         usage, cost = self._usage_and_cost(resp)
         return Completion(text=text, usage=usage, cost_usd=cost,
-                          model=getattr(resp, "model", None) or self.model,
+                          model=resp.get("model") or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)
 
-    def _text(self, resp: Any, *, tool_calls_ok: bool = False) -> str:
-        if not isinstance(resp, openai.BaseModel) and isinstance(resp, str | bytes):
+    async def _post(self, kw: dict[str, Any]) -> dict[str, Any]:
+        """One request through the lean client; the reply as a dict, or a ModelError."""
+        assert self._pool is not None
+        body = dict(kw)
+        timeout = body.pop("timeout")
+        headers = {**self._headers, **(body.pop("extra_headers", None) or {})}
+        query = body.pop("extra_query", None)
+        body.update(body.pop("extra_body", None) or {})
+        path = "/chat/completions" + (f"?{urlencode(query, doseq=True)}" if query else "")
+        try:
+            r = await self._pool.post(path, json.dumps(body).encode(), headers, timeout=timeout)
+        except HTTPTimeout as e:
+            raise ModelError(f"{self._where}: request timed out", retryable=True) from e
+        except HTTPError as e:
+            raise ModelError(f"{self._where}: connection error ({e})", retryable=True) from e
+        try:
+            data = json.loads(r.body) if r.body else None
+        except (ValueError, UnicodeDecodeError):
+            data = None
+        if not 200 <= r.status < 300:
+            raise self._status_error(r.status, r.headers, data, r.body)
+        if not isinstance(data, dict):
+            raise ModelError(f"{self._where}: malformed response (not a JSON object): "
+                             f"{r.body[:200]!r}", retryable=True)
+        if "choices" not in data and isinstance(data.get("error"), dict):
+            # Some gateways (OpenRouter) report an upstream failure in a 200 body.
+            err = data["error"]
+            code = err.get("code")
+            raise self._status_error(code if isinstance(code, int) else 502, r.headers, data,
+                                     r.body)
+        return data
+
+    def _status_error(self, status: int, headers: Mapping[str, str], data: Any,
+                      raw: bytes) -> ModelError:
+        err = data.get("error", data) if isinstance(data, dict) else None
+        if isinstance(err, dict) and err.get("message"):
+            msg = str(err["message"])
+        elif isinstance(err, str):
+            msg = err
+        else:
+            msg = raw.decode("utf-8", errors="replace").strip() or "(empty body)"
+        retry_after = parse_retry_after(headers) if status in (429, 503) or status >= 500 \
+            else None
+        return ModelError(f"{self._where}: HTTP {status}: {msg[:500]}",
+                          retryable=status in RETRYABLE_STATUSES or status >= 500,
+                          status=status, retry_after=retry_after)
+
+    async def _sdk_create(self, kw: dict[str, Any]) -> dict[str, Any]:
+        try:
+            resp = await self._sdk.chat.completions.create(**kw)
+        except Exception as e:
+            raise model_error_from_sdk(e, self._openai, where=self._where) from e
+        if isinstance(resp, str | bytes):
             # Some servers answer 200 with a non-JSON body; the SDK then hands back the text.
             raise ModelError(f"{self._where}: malformed response (not JSON): {resp[:200]!r}",
                              retryable=True)
-        choices = getattr(resp, "choices", None)
-        if not choices:
+        return resp.model_dump()
+
+    def _text(self, resp: dict[str, Any], *, tool_calls_ok: bool = False) -> str:
+        choices = resp.get("choices")
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise EmptyResponseError(f"{self._where} returned no text (no choices)")
         choice = choices[0]
-        content = getattr(choice.message, "content", None) if choice.message else None
-        if tool_calls_ok and choice.message and getattr(choice.message, "tool_calls", None):
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        content = message.get("content")
+        if isinstance(content, list):   # content parts, as a few servers send
+            content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+        if tool_calls_ok and message.get("tool_calls"):
             return content or ""      # a reply that only calls tools has no text, rightly
-        if not content or not content.strip():
-            why = f"finish_reason={choice.finish_reason}"
-            if choice.finish_reason == "length":
+        if not isinstance(content, str) or not content.strip():
+            finish = choice.get("finish_reason")
+            why = f"finish_reason={finish}"
+            if finish == "length":
                 why += ": max_tokens too small?"
             raise EmptyResponseError(f"{self._where} returned no text ({why})")
         return content
 
-    def _usage_and_cost(self, resp: Any) -> tuple[Usage, float | None]:
-        u = getattr(resp, "usage", None)
-        if u is None:  # some servers send none: we cannot price what we cannot count
+    def _usage_and_cost(self, resp: dict[str, Any]) -> tuple[Usage, float | None]:
+        u = resp.get("usage")
+        if not isinstance(u, dict):  # some servers send none: we cannot price what we cannot count
             return Usage(), None
-        details = getattr(u, "prompt_tokens_details", None)
-        cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
-        usage = Usage(input_tokens=u.prompt_tokens or 0, output_tokens=u.completion_tokens or 0,
-                      cached_tokens=cached)
-        reported = (u.model_extra or {}).get("cost")  # OpenRouter reports the charged cost
-        if isinstance(reported, int | float):
+        details = u.get("prompt_tokens_details")
+        cached = (details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        usage = Usage(input_tokens=u.get("prompt_tokens") or 0,
+                      output_tokens=u.get("completion_tokens") or 0, cached_tokens=cached)
+        reported = u.get("cost")  # OpenRouter reports the charged cost
+        if isinstance(reported, int | float) and not isinstance(reported, bool):
             return usage, float(reported)
         cost = cost_usd(self.model, usage, overrides=self.prices)
-        if cost is None and getattr(resp, "model", None):
-            cost = cost_usd(resp.model, usage, overrides=self.prices)
+        if cost is None and resp.get("model"):
+            cost = cost_usd(str(resp["model"]), usage, overrides=self.prices)
         return usage, cost
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._pool is not None:
+            await self._pool.aclose()
+        if self._sdk is not None:
+            await self._sdk.close()
