@@ -56,6 +56,7 @@ class Ledger:
         self.by_role: dict[str, RoleUsage] = {}
         self.by_model: dict[str, RoleUsage] = {}
         self.exhausted: str | None = None   # name of the first limit that refused a call
+        self.cache_hits = 0                 # calls the response cache answered (they cost 0)
 
     # ------------------------------------------------------------ queries
     @property

@@ -75,6 +75,11 @@ def _messages(prompt: Any) -> list[Message]:
     return [{"role": "user", "content": str(prompt)}]
 
 
+def cache_mark(comp: Completion) -> dict[str, Any]:
+    """`cached: true` for a trace event of a call the response cache answered; else nothing."""
+    return {"cached": True} if comp.cached else {}
+
+
 class Dispatcher:
     def __init__(self, *, ledger: Ledger, tracer: Tracer, sub_client: ModelClient,
                  clients: dict[str, ModelClient], concurrency: int = 32,
@@ -130,6 +135,7 @@ class Dispatcher:
                     raise
                 finally:
                     self.inflight -= 1
+            self.ledger.cache_hits += comp.cached
             if comp.cost_usd:
                 prev = self._cost_seen.get(client.name, 0.0)
                 self._cost_seen[client.name] = max(prev, comp.cost_usd)
@@ -179,7 +185,7 @@ class Dispatcher:
                          model=comp.model or client.name, response=comp.text,
                          usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
                          latency_s=round(comp.latency_s, 4), elapsed_s=round(time.time() - t0, 4),
-                         **extra)
+                         **extra, **cache_mark(comp))
         return comp.text
 
     def _fail(self, ev: str, node: Node, msg: str, t0: float) -> str:

@@ -19,7 +19,7 @@ from recursa import context as ctx
 from recursa import prompts
 from recursa.budget import Budget, Ledger
 from recursa.compaction import abridge, fit, msg_tokens, push_history
-from recursa.dispatch import Dispatcher, Node
+from recursa.dispatch import Dispatcher, Node, cache_mark
 from recursa.guards import RunHidden, hold_ungrounded, plain_digits, prose, repeated
 from recursa.parse import (
     code_blocks,
@@ -196,7 +196,8 @@ async def _turns(env: RunEnv, st: _State, sandbox: Sandbox,
         st.turns += 1
         # the spend is in the trace before any cell runs: a host killed mid-cell still shows it
         env.tracer.emit("turn", id=turn_ev, phase="update", parent=run_ev, depth=depth,
-                        usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, model=comp.model)
+                        usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, model=comp.model,
+                        **cache_mark(comp))
         _append(st, messages, {"role": "assistant", "content": comp.text})
         extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, feedback
         blocks, nudge, failed = await _act_on_reply(env, st, sandbox, ready, run_hidden, node,
@@ -205,7 +206,7 @@ async def _turns(env: RunEnv, st: _State, sandbox: Sandbox,
         env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth,
                         text=comp.text, usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
                         model=comp.model, latency_s=round(comp.latency_s, 4), blocks=len(blocks),
-                        ended=feedback is None, **extra)
+                        ended=feedback is None, **extra, **cache_mark(comp))
         if st.final is not None:
             return
         if feedback is None:
@@ -348,7 +349,7 @@ async def _last_turn(env: RunEnv, st: _State, messages: list[Message], query: st
         return
     env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth, text=comp.text,
                     usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, last=True,
-                    model=comp.model, latency_s=round(comp.latency_s, 4))
+                    model=comp.model, latency_s=round(comp.latency_s, 4), **cache_mark(comp))
     text = plain_answer(comp.text)
     st.answer = {"content": draft if (draft and text.strip("`'\". ").upper() == KEEP) else text,
                  "ready": False}
@@ -396,4 +397,4 @@ def _result(env: RunEnv, st: _State, t0: float, depth: int) -> Result:
                                   for k, v in env.ledger.by_model.items()},
                   cost_usd=env.ledger.cost_usd, turns=st.turns, subcalls=env.ledger.subcalls,
                   elapsed_s=round(time.monotonic() - t0, 4), error=error, limit=st.limit,
-                  run_id=env.tracer.run_id)
+                  run_id=env.tracer.run_id, cache_hits=env.ledger.cache_hits)

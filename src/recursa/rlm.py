@@ -7,7 +7,7 @@ import concurrent.futures
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, Node
@@ -15,6 +15,9 @@ from recursa.loop import RunEnv, run_loop
 from recursa.tools import Tool, ToolSet
 from recursa.trace import CallbackSink, JsonlSink, Tracer, new_id
 from recursa.types import Event, ModelClient, Result, Sandbox, TraceSink, context_window
+
+if TYPE_CHECKING:
+    from recursa.models.cache import ResponseCache
 
 _BUDGET_FIELDS = set(Budget.model_fields)
 
@@ -32,6 +35,8 @@ class RLM:
     `cell_timeout`, `max_consecutive_errors`) may be given one by one or as `budget=Budget(...)`,
     and overridden per call. `sub_tools`: functions (or a `recursa.tools.ToolSet`) that only
     sub-models may call; the REPL and the root see only the sub-model's final answer.
+    `cache`: True (the default file), a path, or a `recursa.models.cache.ResponseCache`:
+    replies to requests seen before come from disk at no cost (docs/cache.md).
     """
 
     def __init__(self, model: str | ModelClient | None = None,
@@ -51,6 +56,8 @@ class RLM:
                  sub_model_options: dict[str, Any] | None = None,
                  client_options: dict[str, Any] | None = None,
                  sub_tools: ToolSet | Sequence[Callable[..., Any] | Tool] | None = None,
+                 cache: bool | str | os.PathLike[str] | ResponseCache | None = None,
+                 cache_nondeterministic: bool = False,
                  **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
@@ -85,6 +92,9 @@ class RLM:
         # tools only sub-models may call; the root is told their names in its system prompt
         self.sub_tools = ToolSet.of(sub_tools) if sub_tools else None
         self.tool_names: list[str] | None = self.sub_tools.names if self.sub_tools else None
+        # response cache (recursa.models.cache): opened now, so a bad path fails here
+        from recursa.models.cache import open_cache
+        self.cache, self.cache_nondeterministic = open_cache(cache), cache_nondeterministic
 
     # ------------------------------------------------------------ public API
     def completion(self, query: str, context: Any = None, **limits: Any) -> Result:
@@ -159,8 +169,9 @@ class RLM:
     # ------------------------------------------------------------ helpers
     def _client(self, spec: str | ModelClient, base_url: str | None, api_key: str | None,
                 owned: list[ModelClient]) -> ModelClient:
+        from recursa.models.cache import cached
         if not isinstance(spec, str):
-            return spec
+            return cached(spec, self.cache, nondeterministic=self.cache_nondeterministic)
         from recursa.models import make_client
         opts = dict(self.client_options)
         if base_url and spec.split(":", 1)[0] in ("openai", "vllm", "openrouter"):
@@ -169,7 +180,7 @@ class RLM:
             opts["api_key"] = api_key
         client = make_client(spec, **opts)
         owned.append(client)
-        return client
+        return cached(client, self.cache, nondeterministic=self.cache_nondeterministic)
 
     def _provider(self, spec: Any) -> str | None:
         return spec.split(":", 1)[0] if isinstance(spec, str) else None

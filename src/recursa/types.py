@@ -71,6 +71,7 @@ class Completion(BaseModel):
     cost_usd: float | None = None
     model: str = ""
     latency_s: float = 0.0
+    cached: bool = False                # replayed from the response cache: no model was called
     raw: Any = Field(default=None, exclude=True, repr=False)
 
 
@@ -195,6 +196,7 @@ class Result(BaseModel):
     cost_usd: float | None = 0.0
     turns: int = 0
     subcalls: int = 0
+    cache_hits: int = 0                 # model calls answered by the response cache
     elapsed_s: float = 0.0
     trace_path: str | None = None
     error: str | None = None

@@ -16,14 +16,15 @@ and return a `recursa.types.Result`, so the runner treats them alike.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from recursa.budget import Budget, Ledger
-from recursa.dispatch import Dispatcher
+from recursa.dispatch import Dispatcher, cache_mark
 from recursa.trace import JsonlSink, Tracer, new_id
 from recursa.types import (
     BudgetExceeded,
@@ -64,6 +65,12 @@ class MethodConfig(BaseModel):
     chunk_tokens: int = 2000              # compaction window
     passage_tokens: int = 200             # codeact-bm25 passage size
     tips: str | None = None
+    cache: bool | str | None = None       # response cache: True (default file) or a path
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _path_str(cls, v: Any) -> Any:    # a Path becomes its string: specs stay plain JSON
+        return os.fspath(v) if isinstance(v, os.PathLike) else v
 
     @property
     def label(self) -> str:
@@ -125,6 +132,7 @@ def split_chunks(text: str, chunk_chars: int) -> list[str]:
 
 def _make_clients(cfg: MethodConfig) -> tuple[ModelClient, ModelClient]:
     from recursa.models import make_client
+    from recursa.models.cache import cached
 
     def build(spec: str, base_url: str | None) -> ModelClient:
         # client options (n_ctx, ...) are for in-process clients; endpoints get base_url only
@@ -133,7 +141,7 @@ def _make_clients(cfg: MethodConfig) -> tuple[ModelClient, ModelClient]:
             opts["responses"] = _import_attr(opts.pop("responder"))
         if base_url and spec.split(":", 1)[0] in ("openai", "vllm", "openrouter"):
             opts["base_url"] = base_url
-        return make_client(spec, **opts)
+        return cached(make_client(spec, **opts), cfg.cache)
 
     root = build(cfg.model, cfg.base_url)
     if not cfg.sub_model or cfg.sub_model == cfg.model:
@@ -191,7 +199,7 @@ class _Run:
         self.tracer.emit("turn", id=ev, phase="end", parent=self.run_ev, text=comp.text,
                          usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
                          model=comp.model, latency_s=round(comp.latency_s, 4),
-                         prompt_chars=len(prompt))
+                         prompt_chars=len(prompt), **cache_mark(comp))
         return comp.text
 
     def finish(self, answer: str, status: str, *, error: str | None = None,
@@ -201,7 +209,7 @@ class _Run:
                      usage_by_model={k: v.model_copy(deep=True)
                                      for k, v in self.ledger.by_model.items()},
                      cost_usd=self.ledger.cost_usd, turns=self.turns,
-                     subcalls=self.ledger.subcalls,
+                     subcalls=self.ledger.subcalls, cache_hits=self.ledger.cache_hits,
                      elapsed_s=round(time.monotonic() - self.t0, 4), error=error, limit=limit,
                      run_id=self.tracer.run_id, trace_path=self.trace_path)
         self.tracer.emit("final", parent=self.run_ev, answer=answer, status=status,
