@@ -650,11 +650,16 @@ def test_full_chain_through_a_real_upstream_http_model(monkeypatch: pytest.Monke
         cfg = ServerConfig(model="openai:test-model", base_url=up.base_url, sandbox="inprocess",
                            api_key=KEY, limits={"max_iterations": 3})
         with Server(create_app(cfg)) as srv:
-            resp = srv.client().chat.completions.create(
-                model="recursa", messages=[{"role": "user", "content": "q"}],
-                extra_body={"context": "some text"})
+            for _ in range(3):
+                resp = srv.client().chat.completions.create(
+                    model="recursa", messages=[{"role": "user", "content": "q"}],
+                    extra_body={"context": "some text"})
+            # Every request's RLM used the one shared upstream client, whose keep-alive
+            # connection served all six requests (they came one after another).
+            shared = list(cfg.shared_clients.values())
+            assert len(shared) == 1 and len(shared[0]._pool._idle) == 1
         assert resp.choices[0].message.content == "upstream says: a short summary"
-        assert up.request_count == 2                      # one root turn, one sub-call
+        assert up.request_count == 6                      # a root turn and a sub-call each
         auth = {h.get("authorization") for h in up.headers}
         assert auth and not any(KEY in (a or "") or "sk-upstream" in (a or "") for a in auth)
         rec = resp.model_extra["recursa"]

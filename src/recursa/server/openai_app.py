@@ -86,15 +86,46 @@ class ServerConfig:
     keepalive_s: float = 15.0
     progress: Literal["reasoning", "field", "none"] = "reasoning"
     rlm_factory: Callable[[ServerConfig, RunSpec], RLM] | None = None
+    # Model clients by spec, built once and shared by every request's RLM, so requests reuse
+    # the keep-alive (and TLS) connections to the upstream instead of opening their own.
+    shared_clients: dict[str, ModelClient] = field(default_factory=dict, repr=False)
 
     def caps(self) -> Budget:
         return Budget(**self.limits)
 
+    def client(self, spec: str | ModelClient | None, *, root: bool = False
+               ) -> str | ModelClient | None:
+        """The shared client for a model spec (built on first use), with the endpoint and key
+        RLM itself would give it: the sub-model gets --base-url and the key only when it is of
+        the root's provider."""
+        if not isinstance(spec, str):
+            return spec
+        if spec not in self.shared_clients:
+            from recursa.models import make_client
+            provider = spec.split(":", 1)[0]
+            same = root or (isinstance(self.model, str) and
+                            self.model.split(":", 1)[0] == provider)
+            base_url = self.base_url if root else (self.sub_base_url or
+                                                  (self.base_url if same else None))
+            opts: dict[str, Any] = {}
+            if base_url and provider in ("openai", "vllm", "openrouter"):
+                opts["base_url"] = base_url
+            if self.upstream_api_key and same:
+                opts["api_key"] = self.upstream_api_key
+            self.shared_clients[spec] = make_client(spec, **opts)
+        return self.shared_clients[spec]
+
+    async def aclose_clients(self) -> None:
+        clients, self.shared_clients = list(self.shared_clients.values()), {}
+        for c in clients:
+            with contextlib.suppress(Exception):
+                await c.aclose()
+
 
 def default_rlm_factory(config: ServerConfig, spec: RunSpec) -> RLM:
-    return RLM(model=config.model, sub_model=spec.sub_model or config.sub_model,
-               base_url=config.base_url, sub_base_url=config.sub_base_url,
-               api_key=config.upstream_api_key,
+    sub = spec.sub_model or config.sub_model
+    return RLM(model=config.client(config.model, root=True),
+               sub_model=None if sub is None else config.client(sub),
                sandbox=config.sandbox, concurrency=config.concurrency,
                max_output_chars=config.max_output_chars, trace_dir=config.trace_dir,
                on_event=spec.on_event, **config.limits)
@@ -580,7 +611,12 @@ def create_app(config: ServerConfig) -> Starlette:
                                   code="method_not_allowed", headers=exc.headers)
         return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
 
-    app = Starlette(exception_handlers={HTTPException: http_error}, routes=[
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        yield
+        await config.aclose_clients()
+
+    app = Starlette(lifespan=lifespan, exception_handlers={HTTPException: http_error}, routes=[
         Route("/v1/models", guarded(models), methods=["GET"]),
         Route("/v1/models/{name:path}", guarded(model), methods=["GET"]),
         Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
