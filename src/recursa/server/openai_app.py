@@ -108,7 +108,7 @@ class ServerConfig:
             base_url = self.base_url if root else (self.sub_base_url or
                                                   (self.base_url if same else None))
             opts: dict[str, Any] = {}
-            if base_url and provider in ("openai", "vllm", "openrouter"):
+            if base_url and provider not in ("local", "replay"):   # as RLM._client does
                 opts["base_url"] = base_url
             if self.upstream_api_key and same:
                 opts["api_key"] = self.upstream_api_key
