@@ -13,6 +13,10 @@ def _s(x: float | None, unit: str = "s", nd: int = 3) -> str:
     return f"{x:.{nd}f} {unit}".strip()
 
 
+def _signed_ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:+.0f} ms"
+
+
 def _ok(v: bool | None) -> str:
     return {True: "met", False: "MISSED", None: "-"}[v]
 
@@ -194,8 +198,8 @@ def table(res: dict[str, Any]) -> str:
                                  _s(m.get("p50_s"), "ms"), _s(m.get("p99_s"), "ms"),
                                  _s((m.get("wall_s") or {}).get("median"), "ms"),
                                  "" if mode == "direct" else
-                                 f"+{_s(r.get('overhead_p50_s'), 'ms')} p50, "
-                                 f"+{_s(r.get('overhead_wall_s'), 'ms')} wall",
+                                 f"{_signed_ms(r.get('overhead_p50_s'))} p50, "
+                                 f"{_signed_ms(r.get('overhead_wall_s'))} wall",
                                  (m.get("wrong") or [""])[0][:60]])
             out.append(_rows(["side", "path", "answered", "p50", "p99", "wave wall",
                               "server overhead", "note"], rows))
