@@ -68,7 +68,7 @@ def test_keep_alive_reuses_one_connection_per_sequential_caller() -> None:
     async def main() -> None:
         with OpenAITestServer() as srv:
             c = OpenAIClient("m", base_url=srv.base_url)
-            assert c._pool is not None and c._sdk is None
+            assert c._pool is not None and c._client is None
             for _ in range(5):
                 r = await c.complete(USER)
                 assert r.text == "echo: hello" and isinstance(r.raw, dict)
@@ -164,7 +164,7 @@ def test_a_proxy_or_an_http_client_selects_the_sdk(monkeypatch: pytest.MonkeyPat
     assert not proxy_configured({})
     monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
     c = OpenAIClient("m", base_url="https://example.invalid/v1")
-    assert c._sdk is not None and c._pool is None
+    assert c._client is not None and c._pool is None
     monkeypatch.delenv("https_proxy")
 
     import httpx
@@ -172,7 +172,7 @@ def test_a_proxy_or_an_http_client_selects_the_sdk(monkeypatch: pytest.MonkeyPat
     async def main() -> None:
         with OpenAITestServer() as srv:
             c = OpenAIClient("m", base_url=srv.base_url, http_client=httpx.AsyncClient())
-            assert c._sdk is not None
+            assert c._client is not None
             r = await c.complete(USER)
             assert r.text == "echo: hello" and isinstance(r.raw, dict)
             await c.aclose()

@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 from ..types import Completion, Message, ModelError, Usage
 from .http11 import HTTPError, HTTPTimeout, Pool, proxy_configured
-from .pricing import cost_usd
+from .pricing import cost_usd, estimate_usd
 from .retry import (
     RETRYABLE_STATUSES,
     EmptyResponseError,
@@ -94,7 +94,7 @@ class OpenAIClient:
         self.prices = prices
         self.default_options = dict(default_options or {})
         self._warned: set[str] = set()
-        self._sdk: Any = None
+        self._client: Any = None    # the SDK client, when used (a subclass may set its own)
         self._pool: Pool | None = None
         if http_client is None and not proxy_configured():
             self._headers = {"Authorization": f"Bearer {api_key}",
@@ -107,7 +107,7 @@ class OpenAIClient:
             if http_client is None:   # share one TLS context: see tls.py
                 from .tls import shared_ssl_context
                 http_client = openai.DefaultAsyncHttpxClient(verify=shared_ssl_context())
-            self._sdk = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url,
+            self._client = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url,
                                            max_retries=0, timeout=timeout,
                                            default_headers=default_headers,
                                            http_client=http_client)
@@ -219,7 +219,7 @@ class OpenAIClient:
 
     async def _sdk_create(self, kw: dict[str, Any]) -> dict[str, Any]:
         try:
-            resp = await self._sdk.chat.completions.create(**kw)
+            resp = await self._client.chat.completions.create(**kw)
         except Exception as e:
             raise model_error_from_sdk(e, self._openai, where=self._where) from e
         if isinstance(resp, str | bytes):
@@ -263,8 +263,13 @@ class OpenAIClient:
             cost = cost_usd(str(resp["model"]), usage, overrides=self.prices)
         return usage, cost
 
+    def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        """Worst-case USD of a call, for the budget's reservation (prices given to this client
+        included); None when the model has no known price."""
+        return estimate_usd(self.model, input_tokens, output_tokens, overrides=self.prices)
+
     async def aclose(self) -> None:
         if self._pool is not None:
             await self._pool.aclose()
-        if self._sdk is not None:
-            await self._sdk.close()
+        if self._client is not None:
+            await self._client.close()
