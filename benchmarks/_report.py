@@ -182,22 +182,25 @@ def table(res: dict[str, Any]) -> str:
         o = b["serve"]
         out.append(f"\n6. `recursa serve`: {o.get('requests')} concurrent chat completions, "
                    f"upstream latency {o.get('latency_s')} s (ideal {o.get('ideal_s')} s per "
-                   "request); served = through the server, direct = RLM.acompletion in one "
-                   "process")
+                   "request); served = through the server; direct = RLM.acompletion in one "
+                   "process with one shared client, as the server has; direct-per-run = with "
+                   "the clients RLM builds per completion")
         if "error" in o:
             out.append(f"  error: {o['error']}")
         else:
             rows = []
             for r in o["rows"]:
-                for mode in ("direct", "served"):
-                    m = r.get(mode) or {}
+                for mode in ("direct", "direct-per-run", "served"):
+                    if mode not in r:
+                        continue
+                    m = r[mode]
                     if "error" in m:
                         rows.append([r["side"], mode, "error", "", "", "", "", m["error"][:60]])
                         continue
                     rows.append([r["side"], mode, f"{m.get('answered')}/{m.get('total')}",
                                  _s(m.get("p50_s"), "ms"), _s(m.get("p99_s"), "ms"),
                                  _s((m.get("wall_s") or {}).get("median"), "ms"),
-                                 "" if mode == "direct" else
+                                 "" if mode != "served" else
                                  f"{_signed_ms(r.get('overhead_p50_s'))} p50, "
                                  f"{_signed_ms(r.get('overhead_wall_s'))} wall",
                                  (m.get("wrong") or [""])[0][:60]])

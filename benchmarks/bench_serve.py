@@ -8,13 +8,15 @@ the REPL output it saw carried that tag and no other), so cross-talk shows up as
   process, a lean keep-alive client) sends 64 requests at once (query in the last user message,
   context in the `context` field) and times each one.
 * direct: the same 64 runs through `RLM.acompletion` in one process (asyncio.gather), with the
-  same upstream: what the runs cost without the server.
+  same upstream and one shared model client, as the server has: what the runs cost without the
+  server.
+* direct-per-run: the same, but with the clients RLM builds for each completion (its default):
+  a new connection to the upstream per run.
 
 Reported per sandbox: all answered?, p50 / p99 / max latency, wall time of the whole wave, and
 the server's own overhead = served - direct (p50 and wall). 3 measured waves each (1 in --quick),
 direct and served alternating, each driver after one warm-up wave; recursa only (the reference
-has no server). Note the server shares its upstream clients between requests (keep-alive), while
-each direct `acompletion` builds its own, as RLM does.
+has no server). The server shares its upstream clients between requests (keep-alive connections).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ NAME = "serve"
 LATENCY = 0.1
 REQUESTS = 64
 CONTEXT = "shared context for every run\n" * 20
+MODES = ("direct", "direct-per-run", "served")
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -60,8 +63,17 @@ def drive(p: dict[str, Any]) -> dict[str, Any]:
 
     n, waves = p["requests"], p["waves"]
 
-    if p["mode"] == "direct":
-        rlm = make_rlm(p["side"], p["upstream"])
+    if p["mode"].startswith("direct"):
+        if p["mode"] == "direct":
+            # One client for every run, as the server shares its upstream clients: the
+            # difference to "served" is then the server's own work.
+            from recursa import RLM
+            from recursa.models import make_client
+            shared = make_client("openai:bench-model", base_url=p["upstream"],
+                                 api_key="bench-key")
+            rlm = RLM(model=shared, sandbox=p["side"].split("-", 1)[1], max_iterations=6)
+        else:                                 # "direct-per-run": RLM's own clients per run
+            rlm = make_rlm(p["side"], p["upstream"])
 
         async def one(k: int) -> tuple[float, str]:
             t = time.perf_counter()
@@ -152,7 +164,7 @@ def run(ctx) -> dict[str, Any]:
         sandbox = side.split("-", 1)[1]
         row: dict[str, Any] = {"side": side}
         got: dict[str, dict[str, list[Any]]] = {m: {"lat": [], "wall": [], "wrong": [],
-                                                    "answered": []} for m in ("direct", "served")}
+                                                    "answered": []} for m in MODES}
         errors: dict[str, str] = {}
         # One upstream and one server per side; direct and served waves alternate, so a change
         # in the machine's load hits both alike.
@@ -160,7 +172,7 @@ def run(ctx) -> dict[str, Any]:
             try:
                 with _Serve(up.base_url, sandbox) as url:
                     for _rep in range(reps):
-                        for mode in ("direct", "served"):
+                        for mode in MODES:
                             params = {"side": side, "mode": mode, "upstream": up.base_url,
                                       "server": url, "requests": REQUESTS, "waves": 1}
                             r = run_driver(RECURSA_PYTHON, "bench_" + NAME, params, timeout=300)
