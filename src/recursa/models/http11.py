@@ -115,10 +115,12 @@ class Pool:
             self._idle.append(conn)
 
     async def post(self, path: str, body: bytes, headers: Mapping[str, str], *,
-                   timeout: float | None) -> Response:
+                   timeout: float | None,
+                   on_line: Callable[[bytes], None] | None = None) -> Response:
         """POST `body` to prefix + `path`; any failure raises HTTPError (HTTPTimeout on time)."""
+        encoding = "identity" if on_line else "gzip, deflate"   # no compressed event streams
         lines = [f"POST {self.prefix}{path} HTTP/1.1", f"Host: {self.host_header}",
-                 f"Content-Length: {len(body)}", "Accept-Encoding: gzip, deflate",
+                 f"Content-Length: {len(body)}", f"Accept-Encoding: {encoding}",
                  f"User-Agent: {self.user_agent}"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -128,7 +130,7 @@ class Pool:
                 conn = self._take() or await self._connect()
                 conn.writer.write(head + body)
                 await conn.writer.drain()
-                resp, keep = await _read_response(conn.reader)
+                resp, keep = await _read_response(conn.reader, on_line)
         except TimeoutError as e:
             if conn is not None:
                 conn.close()
@@ -148,6 +150,14 @@ class Pool:
             conn.close()
         return resp
 
+    async def post_stream(self, path: str, body: bytes, headers: Mapping[str, str],
+                          on_line: Callable[[bytes], None], *,
+                          timeout: float | None) -> Response:
+        """POST and hand each line of a 2xx body to `on_line` as it arrives (server-sent
+        events); a non-2xx reply is read whole and returned with its body. `timeout` bounds the
+        whole exchange. Exceptions raised by `on_line` propagate (the connection is closed)."""
+        return await self.post(path, body, headers, timeout=timeout, on_line=on_line)
+
     async def aclose(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
@@ -158,7 +168,27 @@ class Pool:
                 await asyncio.wait_for(conn.writer.wait_closed(), 1.0)
 
 
-async def _read_response(reader: asyncio.StreamReader) -> tuple[Response, bool]:
+class _Lines:
+    """Splits a byte stream into lines for `on_line` (CR LF or LF)."""
+
+    def __init__(self, on_line: Callable[[bytes], None]):
+        self.on_line, self.buf = on_line, b""
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+        *done, self.buf = self.buf.split(b"\n")
+        for line in done:
+            self.on_line(line.rstrip(b"\r"))
+
+    def close(self) -> None:
+        if self.buf:
+            self.on_line(self.buf.rstrip(b"\r"))
+            self.buf = b""
+
+
+async def _read_response(reader: asyncio.StreamReader,
+                         on_line: Callable[[bytes], None] | None = None
+                         ) -> tuple[Response, bool]:
     while True:
         status_line = await reader.readline()
         if not status_line:
@@ -183,6 +213,24 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[Response, bool]:
             break                      # 1xx (100 Continue, 103 Early Hints): the real one follows
     conn_hdr = headers.get("connection", "").lower()
     keep = "close" not in conn_hdr and (version != "HTTP/1.0" or "keep-alive" in conn_hdr)
+    sink = _Lines(on_line) if on_line is not None and 200 <= status < 300 else None
+    if sink is not None:
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            await _read_chunked(reader, sink.feed)
+        elif "content-length" in headers:
+            left = int(headers["content-length"])
+            while left:
+                data = await reader.read(min(left, 65536))
+                if not data:
+                    raise asyncio.IncompleteReadError(b"", left)
+                left -= len(data)
+                sink.feed(data)
+        else:
+            while data := await reader.read(65536):
+                sink.feed(data)
+            keep = False
+        sink.close()
+        return Response(status, headers, b""), keep
     if "chunked" in headers.get("transfer-encoding", "").lower():
         body = await _read_chunked(reader)
     elif "content-length" in headers:
@@ -203,7 +251,8 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[Response, bool]:
     return Response(status, headers, body), keep
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+async def _read_chunked(reader: asyncio.StreamReader,
+                        feed: Callable[[bytes], None] | None = None) -> bytes:
     out = bytearray()
     while True:
         size_line = await reader.readline()
@@ -214,5 +263,9 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
             while (await reader.readline()) not in (b"\r\n", b"\n", b""):
                 pass                   # trailers
             return bytes(out)
-        out += await reader.readexactly(size)
+        data = await reader.readexactly(size)
+        if feed is None:
+            out += data
+        else:
+            feed(data)
         await reader.readexactly(2)    # CRLF after the chunk

@@ -11,6 +11,7 @@ same ModelErrors.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from .retry import (
     parse_retry_after,
     with_retries,
 )
+from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
 
@@ -70,8 +72,10 @@ class OpenAIClient:
                  retry_base_delay: float = 0.5, retry_max_delay: float = 30.0,
                  timeout: float = 600.0, prices: Mapping[str, Any] | None = None,
                  max_tokens_param: str | None = None, default_options: dict[str, Any] | None = None,
-                 default_headers: dict[str, str] | None = None, http_client: Any = None) -> None:
+                 default_headers: dict[str, str] | None = None, http_client: Any = None,
+                 stream: bool = True) -> None:
         self.model = model
+        self.stream = stream          # False: astream never streams (a proxy that buffers SSE)
         self.provider = provider
         self.name = name or f"{provider}:{model}"
         self.base_url = base_url or OPENAI_BASE_URL
@@ -169,6 +173,127 @@ class OpenAIClient:
         return Completion(text=text, usage=usage, cost_usd=cost,
                           model=resp.get("model") or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)
+
+    async def astream(self, messages: list[Message], on_delta: OnDelta,
+                      **options: Any) -> Completion:
+        """`complete`, streamed (`stream: true` with `stream_options.include_usage`): text goes
+        to `on_delta(piece, offset)` as it arrives; the Completion, its usage and cost are
+        those `complete` would return. A call with `tools=` does not stream."""
+        if options.get("tools") or not self.stream:
+            return await self.complete(messages, **options)
+        kw = self._request(messages, options)
+        kw["stream"] = True
+        kw["stream_options"] = {"include_usage": True}
+        total = float(kw["timeout"])     # bounds the whole reply, not each read
+        t0 = time.perf_counter()
+
+        async def attempt() -> tuple[dict[str, Any], str]:
+            pieces = Pieces(on_delta)
+            state: dict[str, Any] = {"model": None, "usage": None, "finish": None, "id": ""}
+            try:
+                if self._pool is not None:
+                    await self._stream_http(kw, total, pieces, state)
+                else:
+                    await self._stream_sdk(kw, total, pieces, state)
+            except ModelError as err:
+                if pieces.chars and err.retryable and not isinstance(err, StreamCut):
+                    raise StreamCut(self._where, pieces.chars, str(err)) from err
+                raise
+            if state["finish"] is None:
+                raise StreamCut(self._where, pieces.chars, "it ended with no finish_reason")
+            resp = {"id": state["id"] or "stream", "object": "chat.completion", "created": 0,
+                    "model": state["model"] or self.model, "usage": state["usage"],
+                    "choices": [{"index": 0, "finish_reason": state["finish"],
+                                 "message": {"role": "assistant", "content": pieces.text}}]}
+            if state["usage"] is None and "no-stream-usage" not in self._warned:
+                self._warned.add("no-stream-usage")
+                log.warning("%s: the stream carried no usage (the server ignores "
+                            "stream_options.include_usage), so streamed calls count no tokens; "
+                            "pass stream=False to this client", self.name)
+            return resp, self._text(resp)
+
+        resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
+        usage, cost = self._usage_and_cost(resp)
+        return Completion(text=text, usage=usage, cost_usd=cost,
+                          model=resp.get("model") or self.model,
+                          latency_s=time.perf_counter() - t0, raw=resp)
+
+    async def _stream_http(self, kw: dict[str, Any], total: float, pieces: Pieces,
+                           state: dict[str, Any]) -> None:
+        """One streamed request through the lean client: server-sent events, one JSON chunk
+        per `data:` line, until `[DONE]` or the end of the body."""
+        assert self._pool is not None
+        body = dict(kw)
+        body.pop("timeout")
+        headers = {**self._headers, "Accept": "text/event-stream",
+                   **(body.pop("extra_headers", None) or {})}
+        query = body.pop("extra_query", None)
+        body.update(body.pop("extra_body", None) or {})
+        path = "/chat/completions" + (f"?{urlencode(query, doseq=True)}" if query else "")
+
+        def on_line(line: bytes) -> None:
+            if not line.startswith(b"data:"):
+                return                              # comments, event names, blank separators
+            data = line[5:].strip()
+            if data == b"[DONE]" or not data:
+                return
+            try:
+                chunk = json.loads(data)
+            except ValueError as e:
+                raise ModelError(f"{self._where}: malformed stream chunk: {data[:200]!r}",
+                                 retryable=True) from e
+            if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict) \
+                    and not chunk.get("choices"):
+                code = chunk["error"].get("code")
+                raise self._status_error(code if isinstance(code, int) else 502, {}, chunk,
+                                         data)
+            if isinstance(chunk, dict):
+                self._take_chunk(chunk, pieces, state)
+
+        try:
+            r = await self._pool.post_stream(path, json.dumps(body).encode(), headers, on_line,
+                                             timeout=total)
+        except HTTPTimeout as e:
+            raise ModelError(f"{self._where}: request timed out", retryable=True) from e
+        except HTTPError as e:
+            raise ModelError(f"{self._where}: connection error ({e})", retryable=True) from e
+        if not 200 <= r.status < 300:
+            try:
+                data = json.loads(r.body) if r.body else None
+            except (ValueError, UnicodeDecodeError):
+                data = None
+            raise self._status_error(r.status, r.headers, data, r.body)
+
+    async def _stream_sdk(self, kw: dict[str, Any], total: float, pieces: Pieces,
+                          state: dict[str, Any]) -> None:
+        try:
+            async with asyncio.timeout(total):
+                stream = await self._client.chat.completions.create(**kw)
+                try:
+                    async for chunk in stream:
+                        self._take_chunk(chunk.model_dump(), pieces, state)
+                finally:
+                    await stream.close()
+        except TimeoutError as e:
+            raise ModelError(f"{self._where}: request timed out", retryable=True) from e
+        except ModelError:
+            raise
+        except Exception as e:
+            raise model_error_from_sdk(e, self._openai, where=self._where) from e
+
+    @staticmethod
+    def _take_chunk(chunk: dict[str, Any], pieces: Pieces, state: dict[str, Any]) -> None:
+        state["model"] = chunk.get("model") or state["model"]
+        state["id"] = chunk.get("id") or state["id"]
+        if isinstance(chunk.get("usage"), dict):
+            state["usage"] = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or (choice.get("index") or 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                pieces.add(delta.get("content"))
+            state["finish"] = choice.get("finish_reason") or state["finish"]
 
     async def _post(self, kw: dict[str, Any]) -> dict[str, Any]:
         """One request through the lean client; the reply as a dict, or a ModelError."""
