@@ -179,6 +179,35 @@ def test_a_proxy_or_an_http_client_selects_the_sdk(monkeypatch: pytest.MonkeyPat
     run(main())
 
 
+def test_a_streamed_reply_in_chunks_with_crlf_and_an_error_event() -> None:
+    events = [{"model": "m", "choices": [{"index": 0, "delta": {"content": "hel"}}]},
+              {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
+              {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}}]
+    sse = b"".join(b"data: " + json.dumps(e).encode() + b"\r\n\r\n" for e in events) + \
+        b": comment\r\n\r\ndata: [DONE]\r\n\r\n"
+    chunked = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+               b"Transfer-Encoding: chunked\r\n\r\n" +
+               b"".join(b"%x\r\n%s\r\n" % (len(sse[i:i + 5]), sse[i:i + 5])
+                        for i in range(0, len(sse), 5)) + b"0\r\n\r\n")
+    err = b'data: {"error": {"message": "upstream overloaded", "code": 503}}\n\n'
+    failing = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(err), err)
+
+    async def main() -> None:
+        async with RawServer(lambda n: chunked) as url:
+            c = OpenAIClient("m", base_url=url)
+            got: list[tuple[str, int]] = []
+            r = await c.astream(USER, lambda piece, at: got.append((piece, at)))
+            assert r.text == "hello" and got == [("hel", 0), ("lo", 3)]
+            assert r.usage.input_tokens == 4 and r.usage.output_tokens == 2
+            await c.aclose()
+        async with RawServer(lambda n: failing) as url:
+            c = OpenAIClient("m", base_url=url, max_retries=0)
+            with pytest.raises(Exception, match="HTTP 503: upstream overloaded"):
+                await c.astream(USER, lambda piece, at: None)
+            await c.aclose()
+    run(main())
+
+
 def test_a_request_does_not_import_the_openai_sdk() -> None:
     code = (
         "import asyncio, sys\n"
@@ -187,6 +216,10 @@ def test_a_request_does_not_import_the_openai_sdk() -> None:
         "with OpenAITestServer() as srv:\n"
         "    c = make_client('openai:m', base_url=srv.base_url)\n"
         "    print(asyncio.run(c.complete([{'role': 'user', 'content': 'x'}])).text)\n"
+        "    got = []\n"
+        "    r = asyncio.run(c.astream([{'role': 'user', 'content': 'y'}],\n"
+        "                              lambda piece, at: got.append(piece)))\n"
+        "    assert r.text == ''.join(got) == 'echo: y', got\n"
         "print('openai' in sys.modules, 'httpx' in sys.modules)\n")
     tests = str(Path(__file__).parent)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join([tests, *sys.path])}

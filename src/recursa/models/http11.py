@@ -82,6 +82,7 @@ class Pool:
         self._ssl = ssl_context
         self.user_agent = user_agent
         self._idle: list[_Conn] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
     async def _connect(self) -> _Conn:
@@ -101,6 +102,11 @@ class Pool:
         return _Conn(reader, writer)
 
     def _take(self) -> _Conn | None:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:      # a new event loop (asyncio.run again): the old
+            for conn in self._idle:     # connections belong to the old one
+                conn.close()
+            self._idle, self._loop = [], loop
         while self._idle:
             conn = self._idle.pop()
             if conn.usable():
