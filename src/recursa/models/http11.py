@@ -6,10 +6,11 @@ event-loop thread, which is what kept an 80-call batch from running as one wave
 (docs/performance.md). This client imports nothing beyond the standard library (ssl, asyncio,
 json are loaded anyway) and costs tens of microseconds per request.
 
-Scope, kept small on purpose: POST with a body, keep-alive connections per client (a stale one is
-dropped before reuse), Content-Length, chunked and read-to-close bodies, gzip/deflate if a server
-compresses anyway, TLS with the shared context, one timeout for the whole exchange. No proxies,
-redirects or HTTP/2: OpenAIClient uses the SDK when a proxy is configured.
+Scope, kept small on purpose: POST with a body, keep-alive connections per client and event loop
+(a stale one is dropped before reuse), Content-Length, chunked and read-to-close bodies, a body
+handed over line by line as it arrives (server-sent events), gzip/deflate if a server compresses
+anyway, TLS with the shared context, one timeout for the whole exchange. No proxies, redirects or
+HTTP/2: OpenAIClient uses the SDK when a proxy is configured.
 """
 
 from __future__ import annotations
