@@ -84,19 +84,21 @@ def drive(p: dict[str, Any]) -> dict[str, Any]:
                 answer = f"raised {type(e).__name__}: {e}"
             return time.perf_counter() - t, answer
     else:
-        from recursa.models.http11 import Pool
-        pool = Pool(p["server"])
+        import httpx
+        http = httpx.AsyncClient(base_url=p["server"], timeout=120, trust_env=False,
+                                 limits=httpx.Limits(max_connections=n,
+                                                     max_keepalive_connections=n))
 
         async def one(k: int) -> tuple[float, str]:
             body = json.dumps({"model": "recursa", "context": CONTEXT, "messages": [
                 {"role": "user", "content": f"ROOTQ-tag-{k}: which run is this?"}]}).encode()
             t = time.perf_counter()
             try:
-                r = await pool.post("/chat/completions", body,
-                                    {"Content-Type": "application/json"}, timeout=120)
-                data = json.loads(r.body)
-                answer = data["choices"][0]["message"]["content"] if r.status == 200 else \
-                    f"HTTP {r.status}: {data.get('error', {}).get('message', '')[:100]}"
+                r = await http.post("chat/completions", content=body,
+                                    headers={"Content-Type": "application/json"})
+                data = r.json()
+                answer = data["choices"][0]["message"]["content"] if r.status_code == 200 else \
+                    f"HTTP {r.status_code}: {data.get('error', {}).get('message', '')[:100]}"
             except Exception as e:  # noqa: BLE001 - recorded as a wrong answer
                 answer = f"raised {type(e).__name__}: {e}"
             return time.perf_counter() - t, answer

@@ -25,6 +25,7 @@ import httpx
 
 from ..types import Completion, Message, ModelError, Usage
 from . import llama_server
+from .httppool import LoopPool
 from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
@@ -72,8 +73,8 @@ class LocalClient:
         self.server_args = tuple(server_args)
         self.stream = stream          # False: astream never streams
         self._server: llama_server.LlamaServer | None = None
-        self._http: httpx.AsyncClient | None = None
-        self._http_loop: asyncio.AbstractEventLoop | None = None
+        # a server we started ourselves: no proxy from the environment
+        self._http = LoopPool(max_connections=64, trust_env=False, tls=False)
 
     def __repr__(self) -> str:
         return f"LocalClient({self.name!r}, n_ctx={self.n_ctx})"
@@ -115,13 +116,7 @@ class LocalClient:
         return await asyncio.to_thread(self._ensure_server)
 
     def _client(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._http is None or self._http_loop is not loop or self._http.is_closed:
-            # one pool per event loop: sync wrappers run each completion in a loop of its own
-            self._http = httpx.AsyncClient(timeout=None, trust_env=False,
-                                           limits=httpx.Limits(max_connections=64))
-            self._http_loop = loop
-        return self._http
+        return self._http.get()
 
     def _died(self, srv: llama_server.LlamaServer) -> ModelError | None:
         why = srv.death()
@@ -248,7 +243,5 @@ class LocalClient:
 
     async def aclose(self) -> None:
         # The server stays up for the next client and run in this process (see stop_all()).
-        if self._http is not None and self._http_loop is asyncio.get_running_loop():
-            await self._http.aclose()
-        self._http = None
+        await self._http.aclose()
         self._server = None

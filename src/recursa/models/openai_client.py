@@ -1,12 +1,12 @@
 """Any OpenAI-compatible chat-completions endpoint: OpenAI, OpenRouter, vLLM, SGLang, Ollama,
 llama.cpp server...
 
-Requests go through `http11.Pool`, a small keep-alive HTTP/1.1 client on asyncio streams: the
-`openai` SDK costs ~0.8 s to import (most of a CLI run's start-up) and ~2 ms of event-loop CPU per
-request (which kept big batches from going out as one wave). The SDK is still used, imported
-only then, when a proxy variable is set (httpx honours it) or a caller passes its own
-`http_client`. Both paths give the same `Completion` (with `raw` the reply as a dict) and the
-same ModelErrors.
+Requests go straight through httpx (a keep-alive pool per event loop, see httppool.py), not the
+`openai` SDK: the SDK costs ~0.8 s to import (most of a CLI run's start-up) and ~2 ms of
+event-loop CPU per request (which kept big batches from going out as one wave), and the wire
+format is plain JSON. Proxies (HTTPS_PROXY, NO_PROXY...) are honoured as httpx does. Only
+AzureOpenAIClient still sets an SDK client (`_client`); both paths give the same `Completion`
+(with `raw` the reply as a dict) and the same ModelErrors.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ import re
 import time
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlencode
+
+import httpx
 
 from ..types import Completion, Message, ModelError, Usage
-from .http11 import HTTPError, HTTPTimeout, Pool, proxy_configured
+from .httppool import LoopPool
 from .pricing import cost_usd, estimate_usd
 from .retry import (
     RETRYABLE_STATUSES,
@@ -73,7 +74,7 @@ class OpenAIClient:
                  timeout: float = 600.0, prices: Mapping[str, Any] | None = None,
                  max_tokens_param: str | None = None, default_options: dict[str, Any] | None = None,
                  default_headers: dict[str, str] | None = None, http_client: Any = None,
-                 stream: bool = True) -> None:
+                 stream: bool = True, max_connections: int = 100) -> None:
         self.model = model
         self.stream = stream          # False: astream never streams (a proxy that buffers SSE)
         self.provider = provider
@@ -98,23 +99,17 @@ class OpenAIClient:
         self.prices = prices
         self.default_options = dict(default_options or {})
         self._warned: set[str] = set()
-        self._client: Any = None    # the SDK client, when used (a subclass may set its own)
-        self._pool: Pool | None = None
-        if http_client is None and not proxy_configured():
-            self._headers = {"Authorization": f"Bearer {api_key}",
-                             "Content-Type": "application/json", "Accept": "application/json",
-                             **(default_headers or {})}
-            self._pool = Pool(self.base_url)
-        else:
-            import openai  # only here: see the module docstring
-            self._openai = openai
-            if http_client is None:   # share one TLS context: see tls.py
-                from .tls import shared_ssl_context
-                http_client = openai.DefaultAsyncHttpxClient(verify=shared_ssl_context())
-            self._client = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url,
-                                           max_retries=0, timeout=timeout,
-                                           default_headers=default_headers,
-                                           http_client=http_client)
+        self._client: Any = None    # an SDK client: only AzureOpenAIClient sets one
+        self._url = self.base_url.rstrip("/") + "/chat/completions"
+        # Keep-alive connections up to `max_connections` (keep it at or above the run's
+        # concurrency, 32 by default, so a batch reuses its connections); `http_client`, an
+        # httpx.AsyncClient of the caller's, replaces the pool.
+        self._http = LoopPool(
+            max_connections=max_connections, client=http_client,
+            tls=not self.base_url.lower().startswith("http://"),
+            headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json",
+                     "Accept": "application/json", "User-Agent": "recursa",
+                     **(default_headers or {})})
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIClient({self.name!r}, base_url={self.base_url!r})"
@@ -160,7 +155,7 @@ class OpenAIClient:
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
         kw = self._request(messages, options)
         t0 = time.perf_counter()
-        attempt = self._post if self._pool is not None else self._sdk_create
+        attempt = self._post if self._client is None else self._sdk_create
         wants_tools = "tools" in kw
 
         async def attempt_with_text() -> tuple[dict[str, Any], str]:
@@ -191,7 +186,7 @@ class OpenAIClient:
             pieces = Pieces(on_delta)
             state: dict[str, Any] = {"model": None, "usage": None, "finish": None, "id": ""}
             try:
-                if self._pool is not None:
+                if self._client is None:
                     await self._stream_http(kw, total, pieces, state)
                 else:
                     await self._stream_sdk(kw, total, pieces, state)
@@ -218,24 +213,34 @@ class OpenAIClient:
                           model=resp.get("model") or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)
 
-    async def _stream_http(self, kw: dict[str, Any], total: float, pieces: Pieces,
-                           state: dict[str, Any]) -> None:
-        """One streamed request through the lean client: server-sent events, one JSON chunk
-        per `data:` line, until `[DONE]` or the end of the body."""
-        assert self._pool is not None
+    def _http_args(self, kw: dict[str, Any]) -> tuple[bytes, dict[str, str], Any]:
+        """The JSON body, extra headers and query of one request from `_request`'s kwargs."""
         body = dict(kw)
         body.pop("timeout")
-        headers = {**self._headers, "Accept": "text/event-stream",
-                   **(body.pop("extra_headers", None) or {})}
+        headers = body.pop("extra_headers", None) or {}
         query = body.pop("extra_query", None)
         body.update(body.pop("extra_body", None) or {})
-        path = "/chat/completions" + (f"?{urlencode(query, doseq=True)}" if query else "")
+        return json.dumps(body).encode(), headers, query
 
-        def on_line(line: bytes) -> None:
-            if not line.startswith(b"data:"):
+    def _transport_error(self, e: Exception) -> ModelError:
+        if isinstance(e, TimeoutError | httpx.TimeoutException):
+            return ModelError(f"{self._where}: request timed out", retryable=True)
+        why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return ModelError(f"{self._where}: connection error ({why})", retryable=True)
+
+    async def _stream_http(self, kw: dict[str, Any], total: float, pieces: Pieces,
+                           state: dict[str, Any]) -> None:
+        """One streamed request: server-sent events, one JSON chunk per `data:` line, until
+        `[DONE]` or the end of the body. `total` bounds the whole exchange."""
+        body, headers, query = self._http_args(kw)
+        # no compressed event streams: some proxies buffer those
+        headers = {**headers, "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+
+        def on_line(line: str) -> None:
+            if not line.startswith("data:"):
                 return                              # comments, event names, blank separators
             data = line[5:].strip()
-            if data == b"[DONE]" or not data:
+            if data == "[DONE]" or not data:
                 return
             try:
                 chunk = json.loads(data)
@@ -246,23 +251,20 @@ class OpenAIClient:
                     and not chunk.get("choices"):
                 code = chunk["error"].get("code")
                 raise self._status_error(code if isinstance(code, int) else 502, {}, chunk,
-                                         data)
+                                         data.encode())
             if isinstance(chunk, dict):
                 self._take_chunk(chunk, pieces, state)
 
         try:
-            r = await self._pool.post_stream(path, json.dumps(body).encode(), headers, on_line,
-                                             timeout=total)
-        except HTTPTimeout as e:
-            raise ModelError(f"{self._where}: request timed out", retryable=True) from e
-        except HTTPError as e:
-            raise ModelError(f"{self._where}: connection error ({e})", retryable=True) from e
-        if not 200 <= r.status < 300:
-            try:
-                data = json.loads(r.body) if r.body else None
-            except (ValueError, UnicodeDecodeError):
-                data = None
-            raise self._status_error(r.status, r.headers, data, r.body)
+            async with asyncio.timeout(total), self._http.get().stream(
+                    "POST", self._url, content=body, headers=headers, params=query) as r:
+                if not 200 <= r.status_code < 300:
+                    raw = await r.aread()
+                    raise self._status_error(r.status_code, r.headers, _json_or_none(raw), raw)
+                async for line in r.aiter_lines():
+                    on_line(line)
+        except (TimeoutError, httpx.RequestError) as e:
+            raise self._transport_error(e) from e
 
     async def _stream_sdk(self, kw: dict[str, Any], total: float, pieces: Pieces,
                           state: dict[str, Any]) -> None:
@@ -279,7 +281,8 @@ class OpenAIClient:
         except ModelError:
             raise
         except Exception as e:
-            raise model_error_from_sdk(e, self._openai, where=self._where) from e
+            import openai  # loaded already: the SDK client is one of its objects
+            raise model_error_from_sdk(e, openai, where=self._where) from e
 
     @staticmethod
     def _take_chunk(chunk: dict[str, Any], pieces: Pieces, state: dict[str, Any]) -> None:
@@ -296,35 +299,26 @@ class OpenAIClient:
             state["finish"] = choice.get("finish_reason") or state["finish"]
 
     async def _post(self, kw: dict[str, Any]) -> dict[str, Any]:
-        """One request through the lean client; the reply as a dict, or a ModelError."""
-        assert self._pool is not None
-        body = dict(kw)
-        timeout = body.pop("timeout")
-        headers = {**self._headers, **(body.pop("extra_headers", None) or {})}
-        query = body.pop("extra_query", None)
-        body.update(body.pop("extra_body", None) or {})
-        path = "/chat/completions" + (f"?{urlencode(query, doseq=True)}" if query else "")
+        body, headers, query = self._http_args(kw)
         try:
-            r = await self._pool.post(path, json.dumps(body).encode(), headers, timeout=timeout)
-        except HTTPTimeout as e:
-            raise ModelError(f"{self._where}: request timed out", retryable=True) from e
-        except HTTPError as e:
-            raise ModelError(f"{self._where}: connection error ({e})", retryable=True) from e
-        try:
-            data = json.loads(r.body) if r.body else None
-        except (ValueError, UnicodeDecodeError):
-            data = None
-        if not 200 <= r.status < 300:
-            raise self._status_error(r.status, r.headers, data, r.body)
+            async with asyncio.timeout(float(kw["timeout"])):   # the whole exchange
+                r = await self._http.get().post(self._url, content=body, headers=headers,
+                                                params=query)
+        except (TimeoutError, httpx.RequestError) as e:
+            raise self._transport_error(e) from e
+        raw = r.content
+        data = _json_or_none(raw)
+        if not 200 <= r.status_code < 300:
+            raise self._status_error(r.status_code, r.headers, data, raw)
         if not isinstance(data, dict):
             raise ModelError(f"{self._where}: malformed response (not a JSON object): "
-                             f"{r.body[:200]!r}", retryable=True)
+                             f"{raw[:200]!r}", retryable=True)
         if "choices" not in data and isinstance(data.get("error"), dict):
             # Some gateways (OpenRouter) report an upstream failure in a 200 body.
             err = data["error"]
             code = err.get("code")
             raise self._status_error(code if isinstance(code, int) else 502, r.headers, data,
-                                     r.body)
+                                     raw)
         return data
 
     def _status_error(self, status: int, headers: Mapping[str, str], data: Any,
@@ -346,7 +340,8 @@ class OpenAIClient:
         try:
             resp = await self._client.chat.completions.create(**kw)
         except Exception as e:
-            raise model_error_from_sdk(e, self._openai, where=self._where) from e
+            import openai  # loaded already: the SDK client is one of its objects
+            raise model_error_from_sdk(e, openai, where=self._where) from e
         if isinstance(resp, str | bytes):
             # Some servers answer 200 with a non-JSON body; the SDK then hands back the text.
             raise ModelError(f"{self._where}: malformed response (not JSON): {resp[:200]!r}",
@@ -394,7 +389,13 @@ class OpenAIClient:
         return estimate_usd(self.model, input_tokens, output_tokens, overrides=self.prices)
 
     async def aclose(self) -> None:
-        if self._pool is not None:
-            await self._pool.aclose()
+        await self._http.aclose()
         if self._client is not None:
             await self._client.close()
+
+
+def _json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except (ValueError, UnicodeDecodeError):
+        return None

@@ -1,6 +1,7 @@
-"""The lean HTTP/1.1 client behind OpenAIClient, against real local servers: keep-alive reuse,
-a server that closes idle connections, chunked and gzip bodies, Connection: close, the SDK
-fallback when a proxy is configured, and that a request never imports the `openai` SDK."""
+"""OpenAIClient's HTTP (httpx, no SDK) against real local servers: keep-alive reuse, a server
+that closes idle connections, chunked and gzip bodies, Connection: close, transport errors and
+timeouts, error statuses with Retry-After, streaming, proxies from the environment, a caller's
+own httpx client, and that a request never imports the `openai` SDK."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from openai_testserver import OpenAITestServer
-from recursa.models.http11 import HTTPError, HTTPTimeout, Pool, proxy_configured
 from recursa.models.openai_client import OpenAIClient
+from recursa.types import ModelError
 
 USER = [{"role": "user", "content": "hello"}]
 
@@ -34,12 +35,14 @@ class RawServer:
         self.respond, self.close_after = respond, close_after
         self.connections = 0
         self.requests = 0
+        self.heads: list[bytes] = []
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head)
                 length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length"))
                 await reader.readexactly(length)
@@ -65,20 +68,41 @@ def run(coro: Awaitable[None]) -> None:
 
 
 def test_keep_alive_reuses_one_connection_per_sequential_caller() -> None:
+    ok = reply("kept")
+    response = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(ok), ok)
+
     async def main() -> None:
-        with OpenAITestServer() as srv:
-            c = OpenAIClient("m", base_url=srv.base_url)
-            assert c._pool is not None and c._client is None
+        srv = RawServer(lambda n: response)
+        async with srv as url:
+            c = OpenAIClient("m", base_url=url, max_connections=16)
+            assert c._client is None                 # no SDK client
             for _ in range(5):
                 r = await c.complete(USER)
-                assert r.text == "echo: hello" and isinstance(r.raw, dict)
-                assert r.usage.input_tokens > 0
-            assert len(c._pool._idle) == 1          # one connection served all five
+                assert r.text == "kept" and type(r.raw) is dict
+                assert r.usage.input_tokens == 3
+            assert srv.connections == 1              # one connection served all five
             await asyncio.gather(*(c.complete(USER) for _ in range(8)))
-            assert len(c._pool._idle) == 8          # concurrent callers open their own
+            assert srv.connections <= 8              # concurrent callers: at most one each
+            before = srv.connections
+            await asyncio.gather(*(c.complete(USER) for _ in range(8)))
+            assert srv.connections == before         # ...and all of them kept for the next wave
+            head = srv.heads[0].decode("latin-1").lower()
+            assert "authorization: bearer empty" in head and "user-agent: recursa" in head
             await c.aclose()
-            assert c._pool._idle == []
+        srv = RawServer(lambda n: response)
+        async with srv as url:                       # the pool never exceeds max_connections
+            c = OpenAIClient("m", base_url=url, max_connections=2)
+            await asyncio.gather(*(c.complete(USER) for _ in range(10)))
+            assert srv.connections == 2 and srv.requests == 10
+            await c.aclose()
     run(main())
+
+
+def test_a_client_used_under_a_new_event_loop_starts_a_fresh_pool() -> None:
+    with OpenAITestServer() as srv:
+        c = OpenAIClient("m", base_url=srv.base_url)
+        for _ in range(2):      # what the sync wrappers do: asyncio.run per completion
+            assert asyncio.run(c.complete(USER)).text == "echo: hello"
 
 
 def test_chunked_gzip_and_connection_close() -> None:
@@ -103,7 +127,7 @@ def test_chunked_gzip_and_connection_close() -> None:
             c = OpenAIClient("m", base_url=url)
             for _ in range(3):
                 assert (await c.complete(USER)).text == "closed"
-            assert srv.connections == 3 and c._pool is not None and c._pool._idle == []
+            assert srv.connections == 3 and c.stats.retries == 0
             await c.aclose()
     run(main())
 
@@ -124,22 +148,26 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
     run(main())
 
 
-def test_transport_errors() -> None:
+def test_transport_errors_and_timeouts_are_retryable_model_errors() -> None:
     async def main() -> None:
-        pool = Pool("http://127.0.0.1:9/v1")              # nothing listens on port 9
-        with pytest.raises(HTTPError, match="cannot connect"):
-            await pool.post("/x", b"{}", {}, timeout=5)
-        async with RawServer(lambda n: b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort",
-                             close_after=True) as url:
-            with pytest.raises(HTTPError, match="IncompleteRead"):
-                await Pool(url).post("/chat/completions", b"{}", {}, timeout=5)
+        c = OpenAIClient("m", base_url="http://127.0.0.1:9/v1", max_retries=0)  # nothing there
+        with pytest.raises(ModelError, match="connection error .*ConnectError") as e:
+            await c.complete(USER)
+        assert e.value.retryable and e.value.status is None
+        srv = RawServer(lambda n: b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort",
+                        close_after=True)
+        async with srv as url:
+            c = OpenAIClient("m", base_url=url, max_retries=1, retry_base_delay=0.01)
+            with pytest.raises(ModelError, match="connection error") as e:
+                await c.complete(USER)
+            assert srv.requests == 2 and c.stats.retries == 1     # retried once, then gave up
         with OpenAITestServer(latency=1.0) as srv:
-            with pytest.raises(HTTPTimeout):
-                await Pool(srv.base_url).post("/chat/completions",
-                                              json.dumps({"messages": USER}).encode(), {},
-                                              timeout=0.1)
-        with pytest.raises(ValueError, match="http:// or https://"):
-            Pool("ftp://example.com/v1")
+            c = OpenAIClient("m", base_url=srv.base_url, max_retries=0)
+            with pytest.raises(ModelError, match="request timed out"):
+                await c.complete(USER, timeout=0.1)
+            with pytest.raises(ModelError, match="request timed out"):
+                await c.astream(USER, lambda piece, at: None, timeout=0.1)
+            await c.aclose()
     run(main())
 
 
@@ -156,26 +184,75 @@ def test_error_status_body_and_headers_reach_the_model_error() -> None:
             assert "HTTP 429: slow down" in str(e.value)
             assert e.value.retryable and e.value.retry_after == 7 and e.value.status == 429
             await c.aclose()
+        bad = b'{"error": {"message": "no such model"}}'
+        srv = RawServer(lambda n: b"HTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n%s"
+                        % (len(bad), bad))
+        async with srv as url:
+            c = OpenAIClient("m", base_url=url, max_retries=3)
+            with pytest.raises(ModelError, match="HTTP 404: no such model") as e:
+                await c.complete(USER)
+            assert not e.value.retryable and e.value.status == 404 and srv.requests == 1
+            await c.aclose()
+
     run(main())
 
 
-def test_a_proxy_or_an_http_client_selects_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert proxy_configured({"HTTPS_PROXY": "http://proxy:3128"})
-    assert not proxy_configured({})
-    monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
-    c = OpenAIClient("m", base_url="https://example.invalid/v1")
-    assert c._client is not None and c._pool is None
-    monkeypatch.delenv("https_proxy")
+def test_429_with_retry_after_is_waited_for_then_retried() -> None:
+    err = b'{"error": {"message": "slow down"}}'
+    limited = (b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 0.05\r\n"
+               b"Content-Length: %d\r\n\r\n%s" % (len(err), err))
+    ok = reply("after the wait")
+    fine = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(ok), ok)
 
+    async def main() -> None:
+        async with RawServer(lambda n: limited if n == 1 else fine) as url:
+            c = OpenAIClient("m", base_url=url, max_retries=2)
+            assert (await c.complete(USER)).text == "after the wait"
+            assert c.stats.retries == 1 and c.stats.slept_s >= 0.05
+            await c.aclose()
+    run(main())
+
+
+def test_a_proxy_from_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HTTP_PROXY is honoured: the request goes to the proxy with the absolute URL of a host
+    that does not even resolve; NO_PROXY exempts a host."""
+    ok = reply("via proxy")
+    response = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(ok), ok)
+
+    async def main() -> None:
+        proxy = RawServer(lambda n: response)
+        async with proxy as url:
+            monkeypatch.setenv("HTTP_PROXY", url.removesuffix("/v1"))
+            c = OpenAIClient("m", base_url="http://upstream.invalid/v1")
+            assert (await c.complete(USER)).text == "via proxy"
+            assert proxy.heads[0].startswith(
+                b"POST http://upstream.invalid/v1/chat/completions HTTP/1.1")
+            await c.aclose()
+            async with RawServer(lambda n: response) as direct:
+                monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+                c = OpenAIClient("m", base_url=direct)
+                assert (await c.complete(USER)).text == "via proxy"
+                assert proxy.requests == 1          # NO_PROXY: went straight to the server
+                await c.aclose()
+    run(main())
+
+
+def test_a_callers_http_client_is_used() -> None:
     import httpx
+    seen: list[str] = []
+
+    async def hook(request: httpx.Request) -> None:
+        seen.append(str(request.url))
 
     async def main() -> None:
         with OpenAITestServer() as srv:
-            c = OpenAIClient("m", base_url=srv.base_url, http_client=httpx.AsyncClient())
-            assert c._client is not None
+            http = httpx.AsyncClient(event_hooks={"request": [hook]})
+            c = OpenAIClient("m", base_url=srv.base_url, http_client=http)
             r = await c.complete(USER)
-            assert r.text == "echo: hello" and isinstance(r.raw, dict)
+            assert r.text == "echo: hello" and type(r.raw) is dict and c._client is None
+            assert seen == [srv.base_url + "/chat/completions"]
             await c.aclose()
+            assert http.is_closed
     run(main())
 
 
@@ -220,10 +297,10 @@ def test_a_request_does_not_import_the_openai_sdk() -> None:
         "    r = asyncio.run(c.astream([{'role': 'user', 'content': 'y'}],\n"
         "                              lambda piece, at: got.append(piece)))\n"
         "    assert r.text == ''.join(got) == 'echo: y', got\n"
-        "print('openai' in sys.modules, 'httpx' in sys.modules)\n")
+        "print('openai' in sys.modules)\n")
     tests = str(Path(__file__).parent)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join([tests, *sys.path])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:2] == ["echo: x", "False False"]
+    assert out.stdout.split("\n")[:2] == ["echo: x", "False"]
