@@ -140,6 +140,22 @@ def test_version():
     assert p.returncode == 0 and p.stdout.decode().startswith("recursa ")
 
 
+def test_run_does_not_import_the_other_commands_modules():
+    """`recursa run` builds only the built-in sub-commands (start-up time); the full parser,
+    as `recursa --help` shows it, still has every command."""
+    code = ("import sys\n"
+            "from recursa.cli import build_parser\n"
+            "p = build_parser(['run', 'q'])\n"
+            "assert p.parse_args(['run', 'q', '-q']).quiet\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('recursa.bench', "
+            "'recursa.envs', 'recursa.server', 'recursa.viewer'))))\n"
+            "full = build_parser()\n"
+            "print(full.parse_args(['bench', 'list']).cmd)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:2] == ["[]", "bench"]
+
+
 def test_bad_option_values_are_plain_words(tmp_path: Path):
     p = run(["run", "q", "--max-iterations", "0"])
     err = p.stderr.decode()
