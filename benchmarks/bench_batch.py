@@ -8,7 +8,7 @@ requests over bare asyncio streams, no RLM), for concurrency 16, 32 and 80; "ove
 beside it. The reference's batch concurrency is fixed at 16 (LMHandler.batch_max_concurrent;
 RLM() does not expose it), so it is compared with the raw client at 16.
 "floor-openai-sdk" sends the same requests with the bare openai SDK (what recursa's OpenAI
-client was built on before it got its own HTTP/1.1 client, and what rlms uses).
+client was built on before it sent its requests through httpx directly, and what rlms uses).
 """
 
 from __future__ import annotations
