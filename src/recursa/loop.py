@@ -61,6 +61,7 @@ class RunEnv:
     # the most tokens of history sent to the root model; the root client's `context_window`
     # (or `n_ctx`) bounds it too. None and no window known: the history is never compacted.
     max_history_tokens: int | None = None
+    preface: str | None = None    # under the top-level query in its first message (sessions)
 
 
 @dataclass
@@ -124,7 +125,8 @@ async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
                 announced.append(True)
                 env.tracer.emit("run", parent=run_ev, depth=depth, sandbox=sandbox.isolation)
 
-        messages = _first_messages(env, query, prep.description)
+        messages = _first_messages(env, query, prep.description,
+                                   env.preface if depth == 0 else None)
         st.first_user = messages[1]["content"]
         st.seen.append(plain_digits(st.first_user))
         st.full = list(messages)
@@ -362,16 +364,18 @@ def _last_line(error: str | None) -> str | None:
     return lines[-1][:300] if lines else "error"
 
 
-def _first_messages(env: RunEnv, query: str, description: str) -> list[Message]:
+def _first_messages(env: RunEnv, query: str, description: str,
+                    preface: str | None = None) -> list[Message]:
     first_line = description.splitlines()[0] if description else ""
     ctype = first_line.removeprefix("source: ") if first_line.startswith("source:") else first_line
     system = prompts.system_prompt(context_type=ctype.removeprefix("type: "),
                                    max_output_chars=env.max_output_chars,
                                    sub_chars=env.sub_context_chars, tips=env.tips,
                                    tool_names=env.tool_names, template=env.system_template)
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": prompts.FIRST_USER.format(query=query,
-                                                                  description=description)}]
+    first = prompts.FIRST_USER.format(query=query, description=description)
+    if preface:
+        first += "\n\n" + preface
+    return [{"role": "system", "content": system}, {"role": "user", "content": first}]
 
 
 def _result(env: RunEnv, st: _State, t0: float, depth: int) -> Result:
