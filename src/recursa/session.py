@@ -238,7 +238,7 @@ class Session:
 
     def _check_open(self) -> None:
         if self.closed_reason is not None:
-            raise SessionClosed(f"session {self.id} is closed ({self.closed_reason}); start a "
+            raise SessionClosed(f"session {self.id} was closed {self.closed_reason}; start a "
                                 f"new one with RLM.session(context)")
 
     def _runner_now(self) -> _Runner:
@@ -295,7 +295,7 @@ class Session:
         s = self.spent
         cost = "unknown" if s.cost_usd is None else f"${s.cost_usd:.4f}"
         caps = ", ".join(f"{k}={v}" for k, v in self.limits.items())
-        state = f"closed ({self.closed_reason})" if self.closed else "open"
+        state = f"closed {self.closed_reason}" if self.closed else "open"
         return (f"session {self.id}: {s.questions} question(s), cost {cost}, tokens "
                 f"{s.tokens:,}, sub-calls {s.subcalls}, {s.elapsed_s:.1f}s"
                 + (f"; session limits {caps}" if caps else "") + f"; {state}")
