@@ -268,9 +268,11 @@ class Session:
     async def astart(self) -> None:
         await asyncio.wrap_future(self._call(self._astart()))
 
-    def completion(self, query: str, *, output: Any = None, **limits: Any) -> Result:
-        """Ask one question (blocking). Limits given here apply to this question only."""
-        fut = self._call(self._ask(query, output, limits))
+    def completion(self, query: str, *, output: Any = None,
+                   on_event: Callable[[Event], Any] | None = None, **limits: Any) -> Result:
+        """Ask one question (blocking). Limits given here apply to this question only;
+        `on_event` gets this question's events (besides the RLM's own `on_event`)."""
+        fut = self._call(self._ask(query, output, on_event, limits))
         try:
             return fut.result()
         except KeyboardInterrupt:        # cancel the question, keep the session
@@ -279,9 +281,11 @@ class Session:
                 fut.result(timeout=10.0)
             raise
 
-    async def acompletion(self, query: str, *, output: Any = None, **limits: Any) -> Result:
+    async def acompletion(self, query: str, *, output: Any = None,
+                          on_event: Callable[[Event], Any] | None = None,
+                          **limits: Any) -> Result:
         """Ask one question; cancelling the awaiting task cancels the question only."""
-        return await asyncio.wrap_future(self._call(self._ask(query, output, limits)))
+        return await asyncio.wrap_future(self._call(self._ask(query, output, on_event, limits)))
 
     def close(self) -> None:
         """Close the sandbox and stop the session's thread; later use raises SessionClosed."""
@@ -323,7 +327,8 @@ class Session:
         prep = await asyncio.to_thread(ctx.prepare, self.context, Path(self._workdir))
         await self._kept.ensure(prep.payload)
 
-    async def _ask(self, query: str, output: Any, limits: dict[str, Any]) -> Result:
+    async def _ask(self, query: str, output: Any, on_event: Callable[[Event], Any] | None,
+                   limits: dict[str, Any]) -> Result:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:            # one question at a time
@@ -331,13 +336,14 @@ class Session:
             if self._idle is not None:
                 self._idle.cancel()
             try:
-                return await self._question(query, output, limits)
+                return await self._question(query, output, on_event, limits)
             finally:
                 self.last_used = time.monotonic()
                 if not self.closed:
                     self._arm_idle()
 
-    async def _question(self, query: str, output: Any, limits: dict[str, Any]) -> Result:
+    async def _question(self, query: str, output: Any, on_event: Callable[[Event], Any] | None,
+                        limits: dict[str, Any]) -> Result:
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
         per_q = {**limits, **self._remaining(limits)}
@@ -357,8 +363,11 @@ class Session:
         def spend(ev: Event) -> None:
             if ev.kind == "run" and ev.phase == "end" and ev.depth == 0:
                 seen.update(ev.data)
-        user = self.rlm.on_event
-        q.on_event = spend if user is None else _both(user, spend)
+        callback: Callable[[Event], Any] = spend
+        for extra in (self.rlm.on_event, on_event):
+            if extra is not None:
+                callback = _both(extra, callback)
+        q.on_event = callback
         q.preface = self._preface()
         self._kept.preamble = self._preamble()
         kwargs = {"output": output} if output is not None else {}
@@ -477,7 +486,11 @@ def _clip(text: str, n: int = SUMMARY_CHARS) -> str:
 
 
 def _both(a: Callable[[Event], Any], b: Callable[[Event], Any]) -> Callable[[Event], Any]:
+    """Both callbacks; a failing `a` (a user's) never keeps `b` (the spend) from its event."""
     def call(ev: Event) -> None:
         b(ev)
-        a(ev)
+        try:
+            a(ev)
+        except Exception:
+            pass
     return call
