@@ -265,7 +265,10 @@ async def test_anthropic_roundtrip(srv):
     r = await c.complete(msgs, max_tokens=64, temperature=0.1, stop="END")
     assert r.text == "echo: hello anthropic"
     body = srv.requests[-1]
-    assert body["system"] == "be brief" and body["max_tokens"] == 64
+    # the system prompt goes as a block with a cache breakpoint (prompt caching is on)
+    assert body["system"] == [{"type": "text", "text": "be brief",
+                               "cache_control": {"type": "ephemeral"}}]
+    assert body["max_tokens"] == 64
     assert body["stop_sequences"] == ["END"] and body["temperature"] == 0.1
     assert [m["role"] for m in body["messages"]] == ["user"]
     h = srv.headers[-1]  # SDK versions differ: x-api-key or a bearer token

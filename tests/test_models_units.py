@@ -38,7 +38,7 @@ def test_bare_name_is_rejected_with_prefixes_listed():
     with pytest.raises(ValueError, match="anthropic:claude"):
         make_client("claude-sonnet-4-5")
     with pytest.raises(ValueError, match="unknown prefix"):
-        make_client("gemini:flash")
+        make_client("cohere:command-r")
     with pytest.raises(ValueError, match="no model name"):
         make_client("openai:")
 
@@ -207,3 +207,15 @@ def test_backoff_is_full_jitter_and_capped():
     assert max(backoff_delay(0, pol, rng) for _ in range(200)) <= 0.5
     # jitter: not all the same
     assert len({round(d, 6) for d in ds}) > 100
+
+
+def test_provider_sdks_are_not_imported_with_recursa():
+    # google-genai, boto3 and litellm load only when a gemini:/bedrock:/litellm: client is built
+    import subprocess
+    import sys
+    code = ("import sys, recursa, recursa.models; "
+            "print(sorted(m for m in ('google.genai', 'boto3', 'botocore', 'litellm') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.strip()
+    assert out == "[]"

@@ -192,7 +192,7 @@ class RLM:
             return cached(spec, self.cache, nondeterministic=self.cache_nondeterministic)
         from recursa.models import make_client
         opts = dict(self.client_options)
-        if base_url and spec.split(":", 1)[0] in ("openai", "vllm", "openrouter"):
+        if base_url and spec.split(":", 1)[0] not in ("local", "replay"):   # those have no URL
             opts["base_url"] = base_url
         if api_key:
             opts["api_key"] = api_key

@@ -5,6 +5,10 @@
     make_client("openrouter:anthropic/claude-sonnet-4.5")
     make_client("vllm:Qwen/Qwen2.5-7B-Instruct", base_url="http://gpu:8000/v1")
     make_client("anthropic:claude-sonnet-4-5")
+    make_client("gemini:gemini-2.5-flash")                        # google-genai SDK
+    make_client("azure:my-deployment")                             # AZURE_OPENAI_ENDPOINT
+    make_client("bedrock:us.anthropic.claude-sonnet-4-5-20250929-v1:0")
+    make_client("litellm:mistral/mistral-large-latest")            # anything LiteLLM knows
     make_client("local:qwen2.5-coder-0.5b")        # or local:/path/model.gguf
     make_client("replay:", responses=["...", "..."])
 """
@@ -28,7 +32,8 @@ __all__ = [
     "register_price",
 ]
 
-PREFIXES = ("openai", "openrouter", "vllm", "anthropic", "local", "replay")
+PREFIXES = ("openai", "openrouter", "vllm", "anthropic", "gemini", "azure", "bedrock", "litellm",
+            "local", "replay")
 
 DEFAULT_OPENAI = "openai:gpt-5-mini"
 DEFAULT_ANTHROPIC = "anthropic:claude-sonnet-4-5"
@@ -53,6 +58,10 @@ def _bad_spec(spec: str, why: str) -> ValueError:
         hint = f" Did you mean 'anthropic:{spec}'?"
     elif low.startswith(("gpt", "o1", "o3", "o4")):
         hint = f" Did you mean 'openai:{spec}'?"
+    elif low.startswith("gemini"):
+        hint = f" Did you mean 'gemini:{spec}'?"
+    elif low.startswith(("anthropic.", "us.anthropic.", "eu.anthropic.", "apac.anthropic.")):
+        hint = f" Did you mean 'bedrock:{spec}'?"
     elif low in REGISTRY or low.endswith(".gguf"):
         hint = f" Did you mean 'local:{spec}'?"
     return ValueError(f"model spec {spec!r}: {why}. Use PREFIX:MODEL with PREFIX one of "
@@ -91,6 +100,23 @@ def make_client(spec: str, *, base_url: str | None = None, api_key: str | None =
         from .anthropic_client import AnthropicClient
         return AnthropicClient(model, base_url=base_url, api_key=api_key, name=spec,
                                prices=prices, **opts)
+
+    if prefix == "gemini":
+        from .gemini_client import GeminiClient
+        return GeminiClient(model, base_url=base_url, api_key=api_key, name=spec, prices=prices,
+                            **opts)
+    if prefix == "azure":
+        from .azure_client import AzureOpenAIClient
+        return AzureOpenAIClient(model, base_url=base_url, api_key=api_key, name=spec,
+                                 prices=prices, **opts)
+    if prefix == "bedrock":
+        from .bedrock_client import BedrockClient
+        return BedrockClient(model, base_url=base_url, api_key=api_key, name=spec, prices=prices,
+                             **opts)
+    if prefix == "litellm":
+        from .litellm_client import LiteLLMClient
+        return LiteLLMClient(model, base_url=base_url, api_key=api_key, name=spec, prices=prices,
+                             **opts)
 
     from .openai_client import OPENROUTER_BASE_URL, OpenAIClient
     if prefix == "openrouter":

@@ -54,17 +54,50 @@ def split_system(messages: list[Message]) -> tuple[str | None, list[dict[str, An
     return ("\n\n".join(system_parts) or None), turns
 
 
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+def add_cache_breakpoints(system: str | None, turns: list[dict[str, Any]]
+                          ) -> tuple[list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """Mark the prefixes worth caching with `cache_control` (Anthropic allows 4 per request).
+
+    The system prompt is the same on every call of a run, so it always gets one. A conversation
+    (the root's history: it has an assistant turn) grows by appending, so the prefix ending at
+    its last user turn is what the next call starts with: that turn gets one (written now, read
+    next time), and so does the user turn before it (read now, whatever the server's lookback).
+    A one-shot call (a sub-call's single user turn) gets none: writing costs 1.25x input and
+    nothing would read it. Prefixes under the model's minimum (1024-4096 tokens) are not
+    cached by the API and cost nothing extra.
+    """
+    sys_blocks = ([{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+                  if system else None)
+    out = [dict(t) for t in turns]
+    if any(t["role"] == "assistant" for t in out):
+        users = [i for i, t in enumerate(out) if t["role"] == "user"]
+        for i in users[-2:]:
+            if not out[i]["content"]:    # the API rejects cache_control on an empty block
+                continue
+            out[i]["content"] = [{"type": "text", "text": out[i]["content"],
+                                  "cache_control": _EPHEMERAL}]
+    return sys_blocks, out
+
+
 class AnthropicClient:
     """Same contract and retry policy as OpenAIClient. `max_tokens` defaults to
     `default_max_tokens` (the API requires one). Usage: input_tokens counts fresh + cache-read +
-    cache-write tokens; cached_tokens the cache reads."""
+    cache-write tokens; cached_tokens the cache reads (`.cache_write_tokens` totals the writes).
+    `prompt_cache` (default on) adds `cache_control` breakpoints: see add_cache_breakpoints."""
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  name: str | None = None, max_retries: int = 4, retry_base_delay: float = 0.5,
                  retry_max_delay: float = 30.0, timeout: float = 600.0,
                  default_max_tokens: int = 8192, prices: Mapping[str, Any] | None = None,
-                 default_options: dict[str, Any] | None = None, http_client: Any = None) -> None:
+                 default_options: dict[str, Any] | None = None, http_client: Any = None,
+                 prompt_cache: bool = True) -> None:
         self.model = model
+        self.price_model = model      # the name prices are looked up by (Bedrock ids differ)
+        self.prompt_cache = prompt_cache
+        self.cache_write_tokens = 0
         self.name = name or f"anthropic:{model}"
         api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
         if not api_key:
@@ -97,13 +130,17 @@ class AnthropicClient:
     def _request(self, messages: list[Message], options: dict[str, Any]) -> dict[str, Any]:
         opts = {**self.default_options, **options}
         system, turns = split_system(messages)
+        cache = opts.pop("prompt_cache", self.prompt_cache)
+        system_arg: Any = system
+        if cache:
+            system_arg, turns = add_cache_breakpoints(system, turns)
         kw: dict[str, Any] = {
             "model": self.model, "messages": turns,
             "max_tokens": int(opts.pop("max_tokens", None) or self.default_max_tokens),
             "timeout": opts.pop("timeout", None) or self.timeout,
         }
-        if system:
-            kw["system"] = system
+        if system_arg:
+            kw["system"] = system_arg
         stop = opts.pop("stop", None)
         if stop:
             kw["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
@@ -146,9 +183,21 @@ class AnthropicClient:
         write = u.cache_creation_input_tokens or 0
         usage = Usage(input_tokens=(u.input_tokens or 0) + read + write,
                       output_tokens=u.output_tokens or 0, cached_tokens=read)
-        cost = cost_usd(self.model, usage, cache_write_tokens=write, overrides=self.prices)
+        self.cache_write_tokens += write
+        cost = cost_usd(self.price_model, usage, cache_write_tokens=write, overrides=self.prices)
         return Completion(text=text, usage=usage, cost_usd=cost, model=resp.model or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)
+
+    def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        """Worst-case USD of a call, for budget reservations: with prompt caching on, input
+        may be billed as cache writes (1.25x), which the plain input price would undercount."""
+        from .pricing import price_for
+        p = price_for(self.price_model, self.prices)
+        if p is None:
+            return None
+        write = p.cache_write if p.cache_write is not None else p.input * 1.25
+        per_input = max(p.input, write) if self.prompt_cache else p.input
+        return (input_tokens * per_input + output_tokens * p.output) / 1_000_000
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -53,12 +53,21 @@ _BUILTIN: dict[str, Price] = {
     "claude-3-7-sonnet": Price(3.00, 15.00, 0.30),
     "claude-haiku-4-5": Price(1.00, 5.00, 0.10),
     "claude-3-5-haiku": Price(0.80, 4.00, 0.08),
+    # Google Gemini API, prompts up to 200k tokens (2.5 Pro and 3 Pro charge more above that);
+    # cached_input = context-cache reads (implicit or explicit), text
+    "gemini-3-pro-preview": Price(2.00, 12.00, 0.20),
+    "gemini-2.5-pro": Price(1.25, 10.00, 0.125),
+    "gemini-2.5-flash": Price(0.30, 2.50, 0.03),
+    "gemini-2.5-flash-lite": Price(0.10, 0.40, 0.01),
+    "gemini-2.0-flash": Price(0.10, 0.40, 0.025),
+    "gemini-2.0-flash-lite": Price(0.075, 0.30),
 }
 
 _lock = threading.Lock()
 _registered: dict[str, Price] = {}
 
-_SPEC_PREFIXES = frozenset({"openai", "anthropic", "openrouter", "vllm", "local", "replay"})
+_SPEC_PREFIXES = frozenset({"openai", "anthropic", "openrouter", "vllm", "local", "replay",
+                            "gemini", "azure", "bedrock", "litellm"})
 _DATE_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 
 

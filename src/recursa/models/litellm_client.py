@@ -1,0 +1,149 @@
+"""Any provider LiteLLM knows, via `litellm.acompletion` (`pip install 'recursa[litellm]'`): the
+catch-all for providers recursa has no client of its own for.
+
+    make_client("litellm:mistral/mistral-large-latest")          # LiteLLM reads MISTRAL_API_KEY
+    make_client("litellm:openai/my-model", base_url="http://127.0.0.1:8000/v1")
+
+LiteLLM is imported on the first call, not with recursa: it is large and slow to import (~5 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from ..types import Completion, Message, ModelError, Usage
+from .pricing import cost_usd
+from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
+
+log = logging.getLogger("recursa.models")
+
+_PASSTHROUGH = ("top_p", "seed", "reasoning_effort", "response_format", "presence_penalty",
+                "frequency_penalty", "logit_bias", "user", "tools", "tool_choice",
+                "extra_headers", "extra_body", "thinking")
+
+
+def _import_litellm(name: str) -> Any:
+    # LiteLLM fetches its model price map from the internet at import unless told not to;
+    # recursa runs offline-capable and uses the copy bundled with the package.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+    except ImportError as e:
+        raise ModelError(f"{name}: the LiteLLM client needs litellm: "
+                         "pip install 'recursa[litellm]'") from e
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+class LiteLLMClient:
+    """`model` is LiteLLM's `provider/model` string. Credentials are whatever LiteLLM reads for
+    that provider (its own env variables), or `api_key=`; `base_url=` becomes `api_base`.
+
+    Retries are recursa's (LiteLLM's own are off: num_retries=0, max_retries=0). LiteLLM maps
+    every provider's errors onto the `openai` SDK's exception classes, so errors are classified
+    as for OpenAIClient. Usage includes cached prompt tokens (`prompt_tokens_details`).
+    Cost: recursa's price table first (by the model part of the name), else the cost LiteLLM
+    computes from its bundled price map, else None.
+    """
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 name: str | None = None, max_retries: int = 4, retry_base_delay: float = 0.5,
+                 retry_max_delay: float = 30.0, timeout: float = 600.0,
+                 prices: Mapping[str, Any] | None = None,
+                 default_options: dict[str, Any] | None = None) -> None:
+        if "/" not in model:
+            raise ValueError(f"litellm:{model}: LiteLLM models are named PROVIDER/MODEL "
+                             f"(e.g. 'litellm:openai/{model}')")
+        from importlib.util import find_spec
+        if find_spec("litellm") is None:
+            raise ValueError(f"litellm:{model}: the LiteLLM client needs litellm: "
+                             "pip install 'recursa[litellm]'")
+        self.model = model
+        self.name = name or f"litellm:{model}"
+        self.base_url = base_url
+        self._api_key = api_key
+        self.policy = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay,
+                                  max_delay=retry_max_delay)
+        self.stats = RetryStats()
+        self.timeout = timeout
+        self.prices = prices
+        self.default_options = dict(default_options or {})
+        self._warned: set[str] = set()
+        self._litellm: Any = None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"LiteLLMClient({self.name!r}, base_url={self.base_url!r})"
+
+    @property
+    def _where(self) -> str:
+        return f"model {self.model!r}" + (f" at {self.base_url}" if self.base_url else "")
+
+    def _request(self, messages: list[Message], options: dict[str, Any]) -> dict[str, Any]:
+        opts = {**self.default_options, **options}
+        kw: dict[str, Any] = {"model": self.model, "messages": messages,
+                              "timeout": opts.pop("timeout", None) or self.timeout,
+                              "num_retries": 0, "max_retries": 0}
+        if self.base_url:
+            kw["api_base"] = self.base_url
+        if self._api_key:
+            kw["api_key"] = self._api_key
+        for key in ("max_tokens", "temperature", "stop", *_PASSTHROUGH):
+            value = opts.pop(key, None)
+            if value is not None:
+                kw[key] = value
+        for key in opts:
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning("%s: ignoring unknown option %r", self.name, key)
+        return kw
+
+    async def complete(self, messages: list[Message], **options: Any) -> Completion:
+        if self._litellm is None:
+            self._litellm = _import_litellm(self.name)
+        litellm = self._litellm
+        kw = self._request(messages, options)
+        t0 = time.perf_counter()
+
+        async def attempt() -> tuple[Any, str]:
+            import openai
+            try:
+                resp = await litellm.acompletion(**kw)
+            except Exception as e:
+                raise model_error_from_sdk(e, openai, where=self._where) from e
+            choices = getattr(resp, "choices", None) or []
+            content = choices[0].message.content if choices and choices[0].message else None
+            if not content or not str(content).strip():
+                why = choices[0].finish_reason if choices else "no choices"
+                raise EmptyResponseError(f"{self._where} returned no text ({why})")
+            return resp, str(content)
+
+        resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
+        usage, cost = self._usage_and_cost(resp)
+        return Completion(text=text, usage=usage, cost_usd=cost,
+                          model=getattr(resp, "model", None) or self.model,
+                          latency_s=time.perf_counter() - t0, raw=resp)
+
+    def _usage_and_cost(self, resp: Any) -> tuple[Usage, float | None]:
+        u = getattr(resp, "usage", None)
+        if u is None:
+            return Usage(), None
+        details = getattr(u, "prompt_tokens_details", None)
+        cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
+        usage = Usage(input_tokens=u.prompt_tokens or 0, output_tokens=u.completion_tokens or 0,
+                      cached_tokens=cached)
+        cost = cost_usd(self.model, usage, overrides=self.prices)
+        if cost is None:
+            try:   # LiteLLM's own price map; raises for models it does not know
+                cost = float(self._litellm.completion_cost(completion_response=resp))
+            except Exception:
+                cost = None
+            if not cost:   # 0.0 there may mean "no price listed": never count that as free
+                cost = None
+        return usage, cost
+
+    async def aclose(self) -> None:
+        return None   # LiteLLM keeps its own module-level HTTP clients
