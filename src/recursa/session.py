@@ -277,8 +277,8 @@ class Session:
             return fut.result()
         except KeyboardInterrupt:        # cancel the question, keep the session
             fut.cancel()
-            with contextlib.suppress(BaseException):
-                fut.result(timeout=10.0)
+            with contextlib.suppress(BaseException):   # its clean-up counts its spend
+                self._call(self._settled()).result(timeout=10.0)
             raise
 
     async def acompletion(self, query: str, *, output: Any = None,
@@ -326,6 +326,12 @@ class Session:
             self._workdir = owned_tempdir("recursa-session-")
         prep = await asyncio.to_thread(ctx.prepare, self.context, Path(self._workdir))
         await self._kept.ensure(prep.payload)
+
+    async def _settled(self) -> None:
+        """Return once no question is running (a cancelled one has finished its clean-up)."""
+        if self._lock is not None:
+            async with self._lock:
+                pass
 
     async def _ask(self, query: str, output: Any, on_event: Callable[[Event], Any] | None,
                    limits: dict[str, Any]) -> Result:

@@ -17,11 +17,13 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from recursa.session import Session
+    from recursa.types import Event, Result
 
 
 def _norm_content(content: Any) -> Any:
@@ -99,7 +101,62 @@ class SessionPool:
             s.close()
 
 
+def _answered(messages: Sequence[dict[str, Any]]) -> bool:
+    return any(m.get("role") == "assistant" for m in messages)
+
+
 def _close_later(session: Session, reason: str) -> None:
     """Close in a thread: closing waits for the sandbox, the server's loop must not."""
     threading.Thread(target=session._shutdown, args=(reason,), daemon=True,
                      name="recursa-session-close").start()
+
+
+@dataclass
+class Turn:
+    """What a chat request means for sessions: the key of the conversation before its final
+    user message (None: sessions do not apply), and the messages up to that message."""
+
+    prefix_key: str | None
+    upto: list[dict[str, Any]]
+    scope: Any
+
+
+def chat_turn(messages: Sequence[dict[str, Any]], last: int, *, new_context: bool,
+              scope: Any) -> Turn:
+    """The session key of a request whose final user message is `messages[last]`. A request
+    with turns after it, or with a new document or files in it, starts a new session (its
+    context differs); it can still be continued by the next request."""
+    upto = [dict(m) for m in messages[:last + 1]]
+    if last != len(messages) - 1 or new_context or not _answered(messages[:last]):
+        return Turn(None, upto, scope)
+    return Turn(conversation_key(messages[:last], scope), upto, scope)
+
+
+async def ask(pool: SessionPool, turn: Turn, make: Callable[[], Session], query: str,
+              *, on_event: Callable[[Event], Any] | None, limits: dict[str, Any]
+              ) -> tuple[Result, dict[str, Any]]:
+    """Answer `query` in the session the conversation continues (or a new one from `make`),
+    then file the session under the conversation including this answer. A question cancelled
+    or failed without an answer files it back under the key the client will send again."""
+    session = pool.take(turn.prefix_key) if turn.prefix_key else None
+    reused = session is not None
+    if session is None:
+        session = make()
+    def file_for_retry() -> None:
+        # the client will send this conversation again; a first question's session is not
+        # kept (its key would be just a system prompt, which other conversations share)
+        if _answered(turn.upto[:-1]):
+            pool.put(conversation_key(turn.upto[:-1], turn.scope), session)
+        else:
+            _close_later(session, "by the server (its first question got no answer)")
+    try:
+        res = await session.acompletion(query, on_event=on_event, **limits)
+    except BaseException:
+        file_for_retry()
+        raise
+    if res.status == "error" and not res.answer:
+        file_for_retry()
+    else:
+        pool.put(conversation_key([*turn.upto, {"role": "assistant", "content": res.answer}],
+                                  turn.scope), session)
+    return res, {"id": session.id, "question": len(session.history), "reused": reused}
