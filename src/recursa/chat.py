@@ -47,8 +47,7 @@ def default_trace_dir() -> Path:
 
 
 def cmd_chat(a: argparse.Namespace) -> int:
-    from recursa.cli import _limits, resolve_model
-    from recursa.rlm import RLM
+    from recursa.options import RLMOptions, plain_error
     from recursa.session import SESSION_LIMITS
     from recursa.types import RecursaError
 
@@ -56,34 +55,30 @@ def cmd_chat(a: argparse.Namespace) -> int:
     out = Console(highlight=False, soft_wrap=True)
     try:
         context = Path(a.context)
-        if not context.exists():
+        if not context.exists():    # before any model is fetched or checked
             raise ValueError(f"--context {a.context}: no such file or directory")
-        model = resolve_model(a)
-        limits = _limits(a)
-        session_limits = {k: limits.pop(k) for k in SESSION_LIMITS
-                          if a.budget_per == "session" and k in limits}
-        api_key = None
-        if a.api_key_env:
-            api_key = os.environ.get(a.api_key_env)
-            if not api_key:
-                raise ValueError(f"--api-key-env {a.api_key_env}: that variable is not set")
-        for spec in {model, a.sub_model} - {None}:
-            if spec.startswith("local:"):
-                from recursa.models.runtime_cli import prepare_local
-                prepare_local(spec)
-        rlm = RLM(model=model, sub_model=a.sub_model, base_url=a.base_url, api_key=api_key,
-                  sub_base_url=a.sub_base_url, sandbox=a.sandbox, concurrency=a.concurrency,
-                  max_output_chars=a.max_output_chars, **limits)
+        opts = RLMOptions.from_args(a).with_default_model(
+            say=lambda m: err.print(f"[yellow]{escape(m)}[/]"))
+        from recursa.preflight import check_options
+        check_options(opts, say=lambda m: err.print(f"[dim]{escape(m)}[/]"))
+        kwargs = opts.rlm_kwargs()
+        limits = opts.limits()
+        session_limits = {k: kwargs.pop(k) for k in SESSION_LIMITS
+                          if a.budget_per == "session" and k in kwargs}
+        for k in session_limits:
+            limits.pop(k, None)
+        from recursa.rlm import RLM
+        rlm = RLM(**kwargs, preflight=False)
         session = rlm.session(context, idle_timeout=a.idle_timeout, **session_limits)
         session.trace_path = Path(a.trace) if a.trace else \
             default_trace_dir() / f"session-{session.id}.jsonl"
         err.print(f"[dim]loading {escape(str(context))} ...[/]")
         session.start()
     except (RecursaError, ValueError, TypeError, OSError) as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        err.print(f"[red]error:[/] {escape(plain_error(e))}")
         return 2
-    err.print(f"[bold]recursa chat[/] with {escape(model)} about {escape(context.name)}: ask a "
-              f"question; /help lists the commands, Ctrl-D leaves.")
+    err.print(f"[bold]recursa chat[/] with {escape(str(opts.model))} about "
+              f"{escape(context.name)}: ask a question; /help lists the commands, Ctrl-D leaves.")
     with _history(), contextlib.closing(session):
         return _repl(session, out, err, limits)
 
