@@ -122,12 +122,15 @@ class Turn:
 
 
 def chat_turn(messages: Sequence[dict[str, Any]], last: int, *, new_context: bool,
-              scope: Any) -> Turn:
-    """The session key of a request whose final user message is `messages[last]`. A request
-    with turns after it, or with a new document or files in it, starts a new session (its
-    context differs); it can still be continued by the next request."""
+              scope: Any) -> Turn | None:
+    """What sessions make of a request whose final user message is `messages[last]`: None
+    when messages follow it (a prefilled reply: no session); else the key of the conversation
+    it continues, if any. A new document or files in that message start a new session (the
+    context differs), which the next request can continue."""
+    if last != len(messages) - 1:
+        return None
     upto = [dict(m) for m in messages[:last + 1]]
-    if last != len(messages) - 1 or new_context or not _answered(messages[:last]):
+    if new_context or not _answered(messages[:last]):
         return Turn(None, upto, scope)
     return Turn(conversation_key(messages[:last], scope), upto, scope)
 
