@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 from recursa import RLM
 from recursa.models.replay import ReplayClient
 from recursa.server.sessions import SessionPool, chat_turn, conversation_key
