@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from recursa import RLM, BudgetExceeded
+from recursa import RLM, BudgetExceeded, ContextError
 from recursa.models.replay import ReplayClient
 from recursa.sandbox.inprocess import InProcessSandbox
 from recursa.session import HISTORY_VAR, SessionClosed
@@ -194,3 +194,17 @@ async def test_async_session_and_cancelling_a_question_keeps_the_session():
         assert [t.query for t in s.history] == ["y times 6?"]
         assert s.spent.questions == 2       # the cancelled question's spend still counts
     assert s.closed
+
+
+async def test_asession_loads_the_context_first_and_refuses_a_bad_one(tmp_path):
+    rec = Recording()
+    rlm = RLM(model=ReplayClient(root_script(repl('FINAL("ok")'))), sandbox=rec)
+    s = await rlm.asession(CTX)
+    assert rec.started == 1             # loaded before any question
+    assert (await s.acompletion("q")).answer == "ok" and rec.made == 1
+    await s.aclose()
+    assert rec.closed == 1
+    with pytest.raises(ContextError, match="does not exist"):
+        rlm.session(tmp_path / "missing.txt")
+    with pytest.raises(ContextError, match="empty"):
+        await rlm.asession("")

@@ -193,7 +193,11 @@ class RLM:
     async def asession(self, context: Any, **options: Any) -> Session:
         """`session(...)` with the context already loaded in its sandbox."""
         s = self.session(context, **options)
-        await s.astart()
+        try:
+            await s.astart()
+        except BaseException:
+            await s.aclose()
+            raise
         return s
 
     # ------------------------------------------------------------ helpers

@@ -32,7 +32,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -212,7 +212,7 @@ class Session:
         Budget.model_validate({k: v for k, v in limits.items() if v is not None})
         self.limits: dict[str, Any] = {k: v for k, v in limits.items() if v is not None}
         if idle_timeout is not None and idle_timeout <= 0:
-            raise ValueError("idle_timeout must be positive (or None: never)")
+            raise ValueError("idle_timeout must be a positive number of seconds")
         self.idle_timeout = DEFAULT_IDLE_TIMEOUT if idle_timeout is None else idle_timeout
         self.id = new_id()
         self.rlm = rlm
@@ -320,12 +320,28 @@ class Session:
         return f"<Session {self.summary()}>"
 
     # ------------------------------------------------------------ on the session's loop
+    @contextlib.asynccontextmanager
+    async def _busy(self) -> AsyncIterator[None]:
+        """One thing at a time on the sandbox; the idle clock stops meanwhile."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            self._check_open()
+            if self._idle is not None:
+                self._idle.cancel()
+            try:
+                yield
+            finally:
+                self.last_used = time.monotonic()
+                if not self.closed:
+                    self._arm_idle()
+
     async def _astart(self) -> None:
-        self._check_open()
-        if self._workdir is None:
-            self._workdir = owned_tempdir("recursa-session-")
-        prep = await asyncio.to_thread(ctx.prepare, self.context, Path(self._workdir))
-        await self._kept.ensure(prep.payload)
+        async with self._busy():
+            if self._workdir is None:
+                self._workdir = owned_tempdir("recursa-session-")
+            prep = await asyncio.to_thread(ctx.prepare, self.context, Path(self._workdir))
+            await self._kept.ensure(prep.payload)
 
     async def _settled(self) -> None:
         """Return once no question is running (a cancelled one has finished its clean-up)."""
@@ -335,18 +351,8 @@ class Session:
 
     async def _ask(self, query: str, output: Any, on_event: Callable[[Event], Any] | None,
                    limits: dict[str, Any]) -> Result:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:            # one question at a time
-            self._check_open()
-            if self._idle is not None:
-                self._idle.cancel()
-            try:
-                return await self._question(query, output, on_event, limits)
-            finally:
-                self.last_used = time.monotonic()
-                if not self.closed:
-                    self._arm_idle()
+        async with self._busy():            # one question at a time
+            return await self._question(query, output, on_event, limits)
 
     async def _question(self, query: str, output: Any, on_event: Callable[[Event], Any] | None,
                         limits: dict[str, Any]) -> Result:
