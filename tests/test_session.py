@@ -170,19 +170,16 @@ async def test_async_session_and_cancelling_a_question_keeps_the_session():
     loop = asyncio.get_running_loop()
 
     def respond(messages):
-        if not is_root(messages):
+        if not is_root(messages):        # the cell's sub-call: `y` is set by now
+            loop.call_soon_threadsafe(started.set)
             return "sub"
         first = messages[1]["content"]
         if "slow?" in first and len(messages) == 2:
-            return repl("y = 7\nimport time\ntime.sleep(30)")
+            return repl("y = 7\nllm_query('set')\nimport time\ntime.sleep(30)")
         if "slow?" in first:
             return repl('FINAL("late")')
         return repl('FINAL(str(y * 6))')
-
-    def on_event(ev):
-        if ev.kind == "cell" and ev.phase == "start":
-            loop.call_soon_threadsafe(started.set)
-    rlm = RLM(model=ReplayClient(respond), sandbox="inprocess", on_event=on_event)
+    rlm = RLM(model=ReplayClient(respond), sandbox="inprocess")
     async with await rlm.asession(CTX) as s:
         task = asyncio.create_task(s.acompletion("slow?"))
         await asyncio.wait_for(started.wait(), 10)
@@ -190,7 +187,7 @@ async def test_async_session_and_cancelling_a_question_keeps_the_session():
         with pytest.raises(asyncio.CancelledError):
             await task
         res = await s.acompletion("y times 6?")
-        assert res.answer == "42"           # `y` was set before the cell was cut
+        assert res.answer == "42", res           # `y` was set before the cell was cut
         assert [t.query for t in s.history] == ["y times 6?"]
         assert s.spent.questions == 2       # the cancelled question's spend still counts
     assert s.closed
@@ -208,3 +205,11 @@ async def test_asession_loads_the_context_first_and_refuses_a_bad_one(tmp_path):
         rlm.session(tmp_path / "missing.txt")
     with pytest.raises(ContextError, match="empty"):
         await rlm.asession("")
+
+
+def test_typed_answer_in_a_session():
+    client = ReplayClient(root_script(repl("n = 41"), repl('FINAL("x")'), repl("FINAL(str(n + 1))")))
+    with RLM(model=client, sandbox="inprocess").session(CTX) as s:
+        s.completion("q1")
+        res = s.completion("How many?", output=int)
+    assert res.parsed == 42
