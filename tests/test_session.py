@@ -213,3 +213,18 @@ def test_typed_answer_in_a_session():
         s.completion("q1")
         res = s.completion("How many?", output=int)
     assert res.parsed == 42
+
+
+async def test_a_session_on_the_callers_loop():
+    rec = Recording()
+    client = ReplayClient(root_script(repl('x = 5\nFINAL("set")'), repl("FINAL(str(x * 2))")))
+    rlm = RLM(model=client, sandbox=rec)
+    s = rlm.session(CTX, loop=asyncio.get_running_loop())
+    assert (await s.acompletion("q1")).answer == "set"
+    assert (await s.acompletion("q2")).answer == "10"
+    with pytest.raises(RuntimeError, match="use acompletion"):
+        s.completion("blocking?")
+    await s.aclose()
+    assert s.closed and rec.made == 1 and rec.closed == 1
+    with pytest.raises(SessionClosed):
+        await s.acompletion("q3")

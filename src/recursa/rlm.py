@@ -189,13 +189,17 @@ class RLM:
         return res
 
     def session(self, context: Any, *, idle_timeout: float | None = None,
-                trace_path: str | os.PathLike[str] | None = None, **limits: Any) -> Session:
+                trace_path: str | os.PathLike[str] | None = None,
+                loop: asyncio.AbstractEventLoop | None = None, **limits: Any) -> Session:
         """Several questions about `context` in one kept sandbox (recursa.session): variables
         and earlier answers carry over. `limits` (max_cost_usd, max_tokens, max_subcalls,
         max_seconds) cap the questions together; `idle_timeout` (s, default 600) closes an
-        unused session. Use as a context manager (`with` or `async with`) or call close()."""
+        unused session. Use as a context manager (`with` or `async with`) or call close().
+        `loop`: live on this running event loop (async use from it only) instead of a thread
+        of the session's own, e.g. to share model clients bound to a server's loop."""
         from recursa.session import Session
-        return Session(self, context, idle_timeout=idle_timeout, trace_path=trace_path, **limits)
+        return Session(self, context, idle_timeout=idle_timeout, trace_path=trace_path,
+                       loop=loop, **limits)
 
     async def asession(self, context: Any, **options: Any) -> Session:
         """`session(...)` with the context already loaded in its sandbox."""

@@ -161,12 +161,19 @@ class _KeptSandbox:
 
 
 class _Runner:
-    """An event loop in a daemon thread: the session's sandbox lives there."""
+    """Where the session's sandbox lives: an event loop in a daemon thread of its own, or
+    (`loop` given) a running loop the caller owns, such as a server's."""
 
-    def __init__(self, name: str):
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self.thread.start()
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop | None = None):
+        self.owned = loop is None
+        self.loop = loop or asyncio.new_event_loop()
+        self.thread: threading.Thread | None = None
+        self.ident = threading.get_ident()      # a borrowed loop runs in the creating thread
+        if self.owned:
+            self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+            self.thread.start()
+            assert self.thread.ident is not None
+            self.ident = self.thread.ident
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -181,14 +188,14 @@ class _Runner:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def in_thread(self) -> bool:
-        return threading.current_thread() is self.thread
+        return threading.get_ident() == self.ident
 
     def stop(self) -> None:
-        if self.loop.is_closed():
+        if not self.owned or self.loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self.loop.stop)
-        if not self.in_thread():
+        if self.thread is not None and not self.in_thread():
             self.thread.join(10.0)
 
 
@@ -196,7 +203,8 @@ class Session:
     """Questions about one context in one kept sandbox; made by `RLM.session(context)`."""
 
     def __init__(self, rlm: RLM, context: Any, *, idle_timeout: float | None = None,
-                 trace_path: str | os.PathLike[str] | None = None, **limits: Any):
+                 trace_path: str | os.PathLike[str] | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None, **limits: Any):
         if context is None:
             raise ContextError("a session needs a context: pass RLM.session(context)")
         if isinstance(context, os.PathLike) and not Path(context).exists():
@@ -224,6 +232,7 @@ class Session:
         self.closed_reason: str | None = None
         self._kept = _KeptSandbox(rlm._make_sandbox)
         self._runner: _Runner | None = None
+        self._loop = loop      # a caller's running loop to live on (else a thread of its own)
         self._lock: asyncio.Lock | None = None      # made on the runner's loop
         self._idle: asyncio.TimerHandle | None = None
         self._workdir: str | None = None
@@ -245,7 +254,9 @@ class Session:
         with self._guard:
             self._check_open()
             if self._runner is None:
-                self._runner = _Runner(f"recursa-session-{self.id}")
+                if self._loop is not None and self._loop is not _running_loop():
+                    raise RuntimeError("a session given `loop=` is used from that loop only")
+                self._runner = _Runner(f"recursa-session-{self.id}", self._loop)
                 self._runner.loop.call_soon_threadsafe(self._arm_idle)
             return self._runner
 
@@ -263,6 +274,8 @@ class Session:
     # ------------------------------------------------------------ public API
     def start(self) -> None:
         """Load the context into the sandbox now (else the first question does)."""
+        if self._loop is not None:
+            raise RuntimeError("this session lives on a caller's event loop: use astart")
         self._call(self._astart()).result()
 
     async def astart(self) -> None:
@@ -272,6 +285,8 @@ class Session:
                    on_event: Callable[[Event], Any] | None = None, **limits: Any) -> Result:
         """Ask one question (blocking). Limits given here apply to this question only;
         `on_event` gets this question's events (besides the RLM's own `on_event`)."""
+        if self._loop is not None:
+            raise RuntimeError("this session lives on a caller's event loop: use acompletion")
         fut = self._call(self._ask(query, output, on_event, limits))
         try:
             return fut.result()
@@ -292,7 +307,11 @@ class Session:
         self._shutdown("by close()")
 
     async def aclose(self) -> None:
-        await asyncio.to_thread(self._shutdown, "by close()")
+        runner = self._runner
+        if runner is not None and not runner.owned and runner.in_thread():
+            await self._aclose_here("by close()")      # on the loop it lives on
+        else:
+            await asyncio.to_thread(self._shutdown, "by close()")
 
     def summary(self) -> str:
         """One line: questions, spend, state."""
@@ -462,12 +481,28 @@ class Session:
         reason = f"after {self.idle_timeout:g} s idle"
         threading.Thread(target=self._shutdown, args=(reason,), daemon=True).start()
 
-    def _shutdown(self, reason: str) -> None:
+    def _mark_closed(self, reason: str) -> tuple[bool, _Runner | None]:
         with self._guard:
             if self.closed_reason is not None:
-                return
+                return False, None
             self.closed_reason = reason
             runner, self._runner = self._runner, None
+        return True, runner
+
+    async def _aclose_here(self, reason: str) -> None:
+        first, _runner = self._mark_closed(reason)
+        if not first:
+            return
+        for fut in list(self._pending):
+            fut.cancel()
+        await self._aclose_inner()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    def _shutdown(self, reason: str) -> None:
+        first, runner = self._mark_closed(reason)
+        if not first:
+            return
         if runner is not None and runner.in_thread():   # e.g. close() from an on_event callback
             threading.Thread(target=self._stop_runner, args=(runner,), daemon=True).start()
         elif runner is not None:
@@ -490,6 +525,13 @@ class Session:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._lock.acquire(), 10.0)
         await self._kept.shutdown()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _clip(text: str, n: int = SUMMARY_CHARS) -> str:
