@@ -100,6 +100,13 @@ class SessionPool:
         for s in items:
             s.close()
 
+    async def aclose_all(self) -> None:
+        """close_all from async code (a server's shutdown), sessions on its loop included."""
+        with self._lock:
+            items, self._items = list(self._items.values()), OrderedDict()
+        for s in items:
+            await s.aclose()
+
 
 def _answered(messages: Sequence[dict[str, Any]]) -> bool:
     return any(m.get("role") == "assistant" for m in messages)
