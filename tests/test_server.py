@@ -728,3 +728,18 @@ def test_response_format_json_schema_validates_and_retries() -> None:
                 response_format={"type": "json_schema",
                                  "json_schema": {"name": "x", "schema": {"type": "nonsense"}}})
         assert e.value.body["param"] == "response_format"
+
+
+def test_a_cost_cap_on_an_unpriced_model_is_a_400_and_spends_nothing() -> None:
+    calls: list[int] = []
+
+    def root(messages: list[dict[str, Any]]) -> str:
+        calls.append(1)
+        return code("FINAL('x')")
+    with make_server(Scripted(root, cost=None)) as server:
+        with pytest.raises(openai.BadRequestError) as e:
+            server.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}],
+                extra_body={"context": "c", "recursa": {"max_cost_usd": 0.01}})
+        assert e.value.code == "preflight_failed" and "price" in e.value.message
+        assert calls == []

@@ -39,6 +39,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from recursa.budget import Budget
+from recursa.preflight import PreflightError
 from recursa.rlm import RLM
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
 from recursa.server.paste import SHORT, split_document, tagged_context
@@ -420,6 +421,9 @@ class RunResponse:
                     sub_model=self.run.sub_model,
                     on_event=on_event if self.run.stream and self.config.progress != "none"
                     else None))
+            except PreflightError as e:    # e.g. a cost cap on a model with no price
+                await error_response(400, str(e), code="preflight_failed")(scope, receive, send)
+                return
             except (RecursaError, ValueError, TypeError, OSError) as e:
                 log.exception("could not build the RLM for %s", self.id)
                 await error_response(500, f"cannot start the run: {e}", type_="server_error")(
@@ -450,6 +454,8 @@ class RunResponse:
             return task.result()
         except ContextError as e:
             return error_response(400, str(e), param="context")
+        except PreflightError as e:    # a request the server cannot run as asked: nothing spent
+            return error_response(400, str(e), code="preflight_failed")
         except (RecursaError, ValueError, TypeError) as e:
             return error_response(500, f"{type(e).__name__}: {e}", type_="server_error")
         except Exception as e:  # noqa: BLE001 - a failed run is reported, never a crash
