@@ -143,8 +143,8 @@ def chat_turn(messages: Sequence[dict[str, Any]], last: int, *, new_context: boo
 
 
 async def ask(pool: SessionPool, turn: Turn, make: Callable[[], Session], query: str,
-              *, on_event: Callable[[Event], Any] | None, limits: dict[str, Any]
-              ) -> tuple[Result, dict[str, Any]]:
+              *, on_event: Callable[[Event], Any] | None, limits: dict[str, Any],
+              output: Any = None) -> tuple[Result, dict[str, Any]]:
     """Answer `query` in the session the conversation continues (or a new one from `make`),
     then file the session under the conversation including this answer. A question cancelled
     or failed without an answer files it back under the key the client will send again."""
@@ -160,7 +160,7 @@ async def ask(pool: SessionPool, turn: Turn, make: Callable[[], Session], query:
         else:
             _close_later(session, "by the server (its first question got no answer)")
     try:
-        res = await session.acompletion(query, on_event=on_event, **limits)
+        res = await session.acompletion(query, output=output, on_event=on_event, **limits)
     except BaseException:
         file_for_retry()
         raise
