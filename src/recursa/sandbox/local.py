@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from recursa.images import pillow_site
 from recursa.sandbox.session import WorkerSession
 from recursa.sandbox.transport import (
     AdoptedTransport,
@@ -121,6 +122,7 @@ class WorkerConfig:
     tmp_mb: int
     drop_uid: bool                  # bwrap as root: each worker gets its own uid
     worker: str = str(WORKER_PATH)
+    pillow: str | None = field(default_factory=pillow_site)   # for Image.crop in the worker
 
     def new_worker(self) -> WorkerSpec:
         """Make a worker's private directories (and uid) and its command line."""
@@ -144,6 +146,7 @@ class WorkerConfig:
         if self.mode == "limits":
             env.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=spec.workspace,
                        TMPDIR=spec.workspace)
+            tail += ["--pillow", self.pillow] if self.pillow else []
             return [self.python, "-I", "-S", self.worker, *tail], env, spec.workspace
 
         assert self.bwrap is not None and spec.ctxdir is not None
@@ -177,6 +180,11 @@ class WorkerConfig:
         a += ["--perms", "0755", "--dir", _IN]
         if relocate:
             a += ["--ro-bind", prefix, f"{_IN}/python"]
+        if self.pillow:   # only PIL and its bundled libraries, not the host's site-packages
+            a += ["--perms", "0755", "--dir", f"{_IN}/site",
+                  "--ro-bind", f"{self.pillow}/PIL", f"{_IN}/site/PIL",
+                  "--ro-bind-try", f"{self.pillow}/pillow.libs", f"{_IN}/site/pillow.libs"]
+            tail += ["--pillow", f"{_IN}/site"]
         # The context directory is empty until start() links the payload file into it: a
         # directory bind shows files added later, a file bind could not be re-pointed.
         a += ["--ro-bind", self.worker, f"{_IN}/worker.py",
