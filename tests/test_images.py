@@ -170,6 +170,25 @@ async def test_anthropic_wire_format():
     assert base64.b64decode(src["data"]) == img.data
 
 
+async def test_bedrock_wire_format(monkeypatch, tmp_path):
+    pytest.importorskip("botocore")
+    for var in ("AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_BEARER_TOKEN_BEDROCK",
+                "ANTHROPIC_BEDROCK_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    img = Image.from_bytes(quadrants())
+    with ProviderFake() as fake:
+        c = make_client("bedrock:us.anthropic.claude-haiku-4-5-20251001-v1:0", base_url=fake.url,
+                        aws_region="us-west-2", aws_access_key="AKIDFAKE",
+                        aws_secret_key="fake", retry_base_delay=0.01)
+        await c.complete(with_image(img))
+        await c.aclose()
+    block = fake.requests[-1]["body"]["messages"][-1]["content"][1]
+    assert block["type"] == "image" and block["source"]["media_type"] == "image/png"
+    assert base64.b64decode(block["source"]["data"]) == img.data
+
+
 async def test_gemini_wire_format(monkeypatch):
     pytest.importorskip("google.genai")
     img = Image.from_bytes(quadrants(fmt="WEBP"))
@@ -269,3 +288,11 @@ def test_crop_without_pillow_is_a_clear_error(tmp_path):
         "q", context=Image.from_bytes(quadrants()))
     assert res.status == "final"
     assert "Pillow is not available in this sandbox" in res.answer
+
+
+def test_local_sandbox_shows_pillow_and_nothing_else_of_site_packages():
+    code = ("import PIL\ntry:\n    import numpy\n    r = 'numpy visible'\n"
+            "except ImportError:\n    r = 'only PIL'\nFINAL(r + ' ' + str(context.crop((0, 0, 2, 3)).size))")
+    res = RLM(model=ReplayClient(_root(code)), sandbox="local").completion(
+        "q", context=Image.from_bytes(quadrants()))
+    assert res.answer == "only PIL (2, 3)", res.error
