@@ -39,7 +39,8 @@ FORMAT = "recursa-cache/1"
 ENV_PATH = "RECURSA_RESPONSE_CACHE"      # overrides the default file
 BUSY_TIMEOUT_S = 30.0                    # how long a write waits for another process's write
 # options that cannot change the reply: left out of the key
-IGNORED_OPTIONS = frozenset({"timeout", "extra_headers", "id_slot", "user", "prompt_cache_key"})
+IGNORED_OPTIONS = frozenset({"timeout", "extra_headers", "id_slot", "user", "prompt_cache_key",
+                             "prompt_cache"})   # Anthropic cache breakpoints: billing only
 
 
 
