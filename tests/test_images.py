@@ -18,7 +18,7 @@ from openai_testserver import OpenAITestServer  # noqa: E402
 from provider_fakes import ProviderFake  # noqa: E402
 from recursa import RLM, images  # noqa: E402
 from recursa import context as ctx  # noqa: E402
-from recursa.images import Image, ImageError  # noqa: E402
+from recursa.images import Image, ImageError, content_text  # noqa: E402
 from recursa.models import make_client  # noqa: E402
 from recursa.models.replay import ReplayClient  # noqa: E402
 from recursa.trace import load_events  # noqa: E402
@@ -272,6 +272,22 @@ def test_batch_images_per_prompt_and_bad_images(tmp_path):
     res = rlm.completion("q", context={"a": quadrants(), "b": quadrants(8, 8, "GIF")})
     assert res.status == "final"
     assert sorted(got) == [0, 1, 2]
+
+
+def test_rlm_query_at_max_depth_sends_context_images_as_images():
+    got = []
+
+    def sub(messages):
+        content = messages[-1]["content"]
+        got.append((sum(p.get("type") == "image_url" for p in content), content_text(content)))
+        return "seen"
+
+    code = "FINAL(rlm_query('look', context=[context['a'], 'caption']))"
+    res = RLM(model=ReplayClient(_root(code)), sub_model=ReplayClient(sub), sandbox="local",
+              max_depth=0).completion("q", context={"a": quadrants()})
+    assert res.answer == "seen", res.error
+    (n, text), = got
+    assert n == 1 and "caption" in text and "Image(" in text and len(text) < 200
 
 
 def test_crop_without_pillow_is_a_clear_error(tmp_path):

@@ -248,8 +248,13 @@ class Dispatcher:
     async def rlm(self, prompt: Any, context: Any, opts: dict[str, Any], node: Node) -> str:
         """A child RLM one level down; at max_depth, a plain model call instead."""
         if node.depth + 1 > self.max_depth or self.child_runner is None:
+            try:   # images in the context go as images, not as base64 text in the prompt
+                context, found = img.normalize(context)
+            except img.ImageError as e:
+                return f"Error: {e}"
             text = prompt if context is None else f"{prompt}\n\n{context}"
-            return await self.llm(text, opts.pop("model", None), opts, node)
+            return await self.llm(text, opts.pop("model", None), opts, node,
+                                  images=[i for _, i in found] or None)
         try:
             return await self.child_runner(node, str(prompt), context)
         except RecursaError as e:
