@@ -56,7 +56,7 @@ def _png(data: bytes) -> tuple[int, int]:
     w, h = struct.unpack(">II", data[16:24])
     if zlib.crc32(data[12:29]) != struct.unpack(">I", data[29:33])[0]:
         raise ValueError("IHDR checksum mismatch")
-    if not data.rstrip(b"\x00").endswith(b"IEND\xaeB`\x82"):
+    if not data[-64:].rstrip(b"\x00").endswith(b"IEND\xaeB`\x82"):
         raise ValueError("no IEND chunk at the end (truncated?)")
     return w, h
 
@@ -64,7 +64,7 @@ def _png(data: bytes) -> tuple[int, int]:
 def _gif(data: bytes) -> tuple[int, int]:
     if len(data) < 14:
         raise ValueError("too short")
-    if not data.rstrip(b"\x00").endswith(b";"):
+    if not data[-64:].rstrip(b"\x00").endswith(b";"):
         raise ValueError("no trailer byte (truncated?)")
     return struct.unpack("<HH", data[6:10])
 
