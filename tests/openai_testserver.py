@@ -107,11 +107,13 @@ class OpenAITestServer:
 
     def __init__(self, responder: Callable[[dict[str, Any]], Any] | None = None, *,
                  latency: float = 0.0, model: str | None = None, cached_tokens: int = 0,
-                 stream_chunk_chars: int = 8, stream_chunk_delay: float = 0.0) -> None:
+                 stream_chunk_chars: int = 8, stream_chunk_delay: float = 0.0,
+                 reported_cost: float | None = None) -> None:
         self.responder = responder or echo_responder
         self.latency = latency
         self.model = model              # None: echo the requested model name
         self.cached_tokens = cached_tokens
+        self.reported_cost = reported_cost    # USD in usage.cost of each reply, as OpenRouter
         self.stream_chunk_chars = stream_chunk_chars
         self.stream_chunk_delay = stream_chunk_delay
         self.requests: list[dict[str, Any]] = []
@@ -365,6 +367,8 @@ class _Handler(BaseHTTPRequestHandler):
                                  "total_tokens": pt + ct}
         if self.srv.cached_tokens:
             usage["prompt_tokens_details"] = {"cached_tokens": min(self.srv.cached_tokens, pt)}
+        if self.srv.reported_cost is not None:
+            usage["cost"] = self.srv.reported_cost
         self._send_json(200, {"id": "chatcmpl-" + uuid.uuid4().hex[:12],
                               "object": "chat.completion", "created": int(time.time()),
                               "model": model, "choices": choices, "usage": usage})

@@ -86,3 +86,16 @@ def test_ablate_cli_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert (out / "results.jsonl").read_text().count("\n") == 6
     assert main(["ablate", "--env", "oolong", "--variants", "llm,zzz", "--model", "replay:",
                  "--out", str(out / "bad")]) == 2
+
+
+def test_ablate_exits_1_and_says_why_when_rollouts_failed(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # `replay:` with no script fails every model call: each rollout is an error row
+    args = ["ablate", "--env", "verbatim_copy", "--variants", "rlm", "-n", "2", "--lengths",
+            "40", "--model", "replay:", "--sandbox", "inprocess", "--out", str(tmp_path / "a"),
+            "--max-iterations", "2"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "2 of 2 rollouts failed" in err and "--retry-errors" in err
+    assert main([*args[:-2], "--lengths", "40,80"]) == 2
+    assert "ablate takes one length" in capsys.readouterr().err

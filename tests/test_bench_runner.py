@@ -229,3 +229,30 @@ def test_progress_bar_on_a_non_terminal(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(_cli_args(tmp_path, 1)) == 0
     err = capsys.readouterr().err
     assert "4 run, 0 already done, 0 errors" in err
+
+
+def test_cli_run_exits_nonzero_when_rows_failed_and_says_why(tmp_path: Path) -> None:
+    """A real `recursa bench run` process: direct rows that cannot fit a 100-token window fail;
+    the command says how many and why, and exits 1; a rerun that skips them all exits 0."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(SRC)])}
+    cmd = [sys.executable, "-m", "recursa.cli", *_cli_args(tmp_path, 2, "--no-progress",
+                                                           "--window", "100")]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr
+    assert "4 of 8 rows failed" in res.stderr
+    reasons = [ln for ln in res.stderr.splitlines() if ln.startswith("  ")]
+    assert len(reasons) == 2         # one per input length, each with its count
+    assert all(ln.startswith("  2 x input of ~") and ln.endswith("exceeds the model's window "
+                                                                 "of 100 tokens") for ln in reasons)
+    rows = load_rows(tmp_path)
+    assert sum(r["status"] == "error" for r in rows) == 4
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "0 run, 8 already done" in again.stderr
+
+
+def test_failure_reasons_groups_and_counts() -> None:
+    from recursa.bench.cli import failure_reasons
+    rows = [{"error": "boom"}] * 3 + [{"error": "bang  \n twice"}] * 2 + [{}]
+    assert failure_reasons(rows) == [("boom", 3), ("bang twice", 2), ("unknown error", 1)]
+    many = [{"error": f"e{i}"} for i in range(8)]
+    assert failure_reasons(many, top=5)[-1] == ("(other reasons: 3)", 3)

@@ -221,3 +221,23 @@ def test_time_limit_overshoots_by_at_most_one_call(max_seconds, latency):
     assert res.status in ("limit", "extracted")
     # one sub-call round and the last-answer turn may run past the limit
     assert took <= max_seconds + latency + 1.5
+
+
+def test_an_unknown_cost_ends_the_room_of_a_cost_cap():
+    """A cost limit is never void: once a call's cost is unknown, the limit counts as reached
+    (the root still gets its one forced last turn); without a cap nothing changes."""
+    from recursa.budget import Budget, Ledger
+    from recursa.types import BudgetExceeded, Usage
+    led = Ledger(Budget(max_cost_usd=1.0))
+    r = led.reserve(tokens=10, cost=None, subcall=True)
+    led.settle(r, usage=Usage(input_tokens=5), cost=None, role="sub", model="m")
+    assert led.limit_reached() == "max_cost_usd" and led.cost_usd is None
+    with pytest.raises(BudgetExceeded) as e:
+        led.reserve(tokens=1, cost=0.0, subcall=False)
+    assert e.value.limit == "max_cost_usd"
+    led.reserve(tokens=1, cost=None, subcall=False, force=True)
+    free = Ledger(Budget())
+    r = free.reserve(tokens=10, cost=None, subcall=True)
+    free.settle(r, usage=Usage(input_tokens=5), cost=None, role="sub", model="m")
+    assert free.limit_reached() is None
+    free.reserve(tokens=10, cost=None, subcall=True)

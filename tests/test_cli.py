@@ -85,3 +85,126 @@ def test_a_missing_local_model_file_fails_before_any_work(tmp_path: Path):
     ctx.write_text("data")
     p = run(["run", "q", "--context", str(ctx), "--model", f"local:{tmp_path}/absent.gguf"])
     assert p.returncode == 2 and "no such model file" in p.stderr.decode()
+
+
+# ---------------------------------------------------------------- output contracts
+FINAL_SCRIPT = ["```repl\nFINAL('forty-two')\n```"]
+
+
+def test_json_prints_the_result_on_stdout_and_nothing_else(tmp_path: Path):
+    p = run(["run", "q", "--context", "-", "--model", script(tmp_path, FINAL_SCRIPT), "--json",
+             "--sandbox", "inprocess"], stdin=b"data")
+    assert p.returncode == 0, p.stderr.decode()
+    res = json.loads(p.stdout)                    # the whole of stdout is one JSON document
+    assert res["answer"] == "forty-two" and res["status"] == "final" and res["turns"] == 1
+    assert "forty-two" not in p.stderr.decode().replace("FINAL('forty-two')", "")
+
+
+def test_quiet_prints_only_the_answer(tmp_path: Path):
+    p = run(["run", "q", "--context", "-", "--model", script(tmp_path, FINAL_SCRIPT), "-q",
+             "--sandbox", "inprocess"], stdin=b"data")
+    assert p.returncode == 0
+    assert p.stdout.decode() == "forty-two\n" and p.stderr.decode() == ""
+
+
+def test_events_jsonl_writes_only_json_lines_on_stderr(tmp_path: Path):
+    p = run(["run", "q", "--context", "-", "--model", script(tmp_path, FINAL_SCRIPT),
+             "--events", "jsonl", "--sandbox", "inprocess"], stdin=b"data")
+    assert p.returncode == 0 and p.stdout.decode() == "forty-two\n"
+    events = [json.loads(line) for line in p.stderr.decode().splitlines()]
+    assert events[0]["kind"] == "run" and events[-1]["kind"] == "run"
+    assert events[-1]["phase"] == "end"
+    # notices and errors keep the contract too: the default-model notice, then the failure
+    env = {"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "", "HTTPS_PROXY": "",
+           "https_proxy": ""}
+    ctx = tmp_path / "c.txt"
+    ctx.write_text("x")
+    p = run(["run", "q", "--context", str(ctx), "--events", "jsonl", "--base-url",
+             f"http://127.0.0.1:{closed_port()}/v1"], env=env)
+    assert p.returncode == 2
+    lines = [json.loads(line) for line in p.stderr.decode().splitlines()]
+    assert [x["kind"] for x in lines] == ["notice", "error"]
+    assert "no --model given" in lines[0]["message"]
+    assert "cannot reach" in lines[1]["message"]
+
+
+def closed_port() -> int:
+    import socket
+    with socket.socket() as s:       # bound, never listening: connections are refused
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_version():
+    p = run(["--version"])
+    assert p.returncode == 0 and p.stdout.decode().startswith("recursa ")
+
+
+def test_bad_option_values_are_plain_words(tmp_path: Path):
+    p = run(["run", "q", "--max-iterations", "0"])
+    err = p.stderr.decode()
+    assert p.returncode == 2
+    assert "--max-iterations: must be at least 1, got 0" in err
+    assert "pydantic" not in err and "http" not in err
+    p = run(["run", "q", "--price", "cheap"])
+    assert p.returncode == 2 and "expected IN/OUT" in p.stderr.decode()
+
+
+def test_a_missing_key_names_the_cli_option_not_a_python_argument(tmp_path: Path):
+    env = {"OPENAI_API_KEY": ""}
+    p = run(["run", "q", "--context", "-", "--model", "openai:gpt-5-mini"], stdin=b"x", env=env)
+    err = p.stderr.decode()
+    assert p.returncode == 2
+    assert "OPENAI_API_KEY" in err and "--api-key-env NAME" in err and "api_key=" not in err
+    p = run(["run", "q", "--context", "-", "--model", "openai:m", "--base-url",
+             "http://127.0.0.1:9/v1", "--api-key-env", "RECURSA_NO_SUCH_VAR"], stdin=b"x")
+    assert p.returncode == 2 and "RECURSA_NO_SUCH_VAR: that environment variable is not set" \
+        in p.stderr.decode()
+
+
+# ---------------------------------------------------------------- exit statuses
+def test_exit_status_says_how_the_run_ended(tmp_path: Path):
+    from recursa.cli import EXIT_CODES
+    assert EXIT_CODES == {"final": 0, "error": 1, "extracted": 3, "limit": 4}
+    base = ["run", "q", "--context", "-", "--sandbox", "inprocess", "--json"]
+    partial = {"cycle": ['```repl\nanswer["content"] = "partial"\n```']}
+    cases = [(FINAL_SCRIPT, [], "final", 0),
+             (partial, ["--max-iterations", "1"], "extracted", 3),
+             (partial, ["--max-tokens", "100"], "limit", 4),
+             (['```repl\nanswer["content"] = "half"\n```'], [], "error", 1)]   # script runs out
+    for replies, extra, status, code in cases:
+        p = run([*base, "--model", script(tmp_path, replies), *extra], stdin=b"data")
+        assert json.loads(p.stdout)["status"] == status, p.stderr.decode()
+        assert p.returncode == code, (status, p.stderr.decode())
+
+
+# ---------------------------------------------------------------- traces
+def test_trace_refuses_an_existing_file_unless_append_and_view_picks_a_run(tmp_path: Path):
+    trace = tmp_path / "t.jsonl"
+    for query in ("first question", "second question"):
+        p = run(["run", query, "--context", "-", "--model", script(tmp_path, FINAL_SCRIPT), "-q",
+                 "--sandbox", "inprocess", "--trace", str(trace), "--append"], stdin=b"data")
+        assert p.returncode == 0, p.stderr.decode()
+    size = trace.stat().st_size
+    p = run(["run", "third", "--context", "-", "--model", script(tmp_path, FINAL_SCRIPT),
+             "--sandbox", "inprocess", "--trace", str(trace)], stdin=b"data")
+    assert p.returncode == 2 and "pass --append" in p.stderr.decode()
+    assert trace.stat().st_size == size and p.stdout.decode() == ""
+
+    p = run(["view", str(trace), "--runs"])
+    lines = p.stdout.decode().splitlines()
+    assert p.returncode == 0 and len(lines) == 2
+    assert "first question" in lines[0] and "second question" in lines[1]
+    first_id = lines[0].split()[1]
+
+    p = run(["view", str(trace), "-o", str(tmp_path / "last.html")])
+    assert p.returncode == 0 and "holds 2 runs" in p.stderr.decode()
+    assert "second question" in (tmp_path / "last.html").read_text()
+    for which in ("1", first_id):
+        out = tmp_path / f"pick-{which}.html"
+        p = run(["view", str(trace), "--run", which, "-o", str(out)])
+        assert p.returncode == 0, p.stderr.decode()
+        page = out.read_text()
+        assert "first question" in page and "second question" not in page
+    p = run(["view", str(trace), "--run", "3"])
+    assert p.returncode == 2 and "holds 2" in p.stderr.decode()

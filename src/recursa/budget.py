@@ -5,6 +5,9 @@ One Ledger is shared by a top-level run and every child RLM under it. A model ca
 it could push a limit past its bound, so concurrent calls cannot jointly overshoot. After the call,
 `settle` replaces the reservation with the truth. The only overshoot left is one call whose real
 usage exceeded its estimate, or the single last-answer turn the root gets at a limit.
+
+A cost limit is never void: once a call's cost is unknown (no price, none reported) the limit
+counts as reached, so the run stops instead of spending on unmetered.
 """
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ class Ledger:
             return "max_seconds"
         if b.max_tokens is not None and self._tokens >= b.max_tokens:
             return "max_tokens"
-        if b.max_cost_usd is not None and self._cost >= b.max_cost_usd - 1e-9:
+        if b.max_cost_usd is not None and (self._cost >= b.max_cost_usd - 1e-9
+                                           or not self._cost_known):
             return "max_cost_usd"
         if subcalls and b.max_subcalls is not None and self._subcalls >= b.max_subcalls:
             return "max_subcalls"
@@ -125,7 +129,8 @@ class Ledger:
                         self._tokens + self._reserved_tokens + tokens > b.max_tokens):
                     limit = "max_tokens"
                 elif b.max_cost_usd is not None and (
-                        self._cost + self._reserved_cost + cost > b.max_cost_usd + 1e-9):
+                        self._cost + self._reserved_cost + cost > b.max_cost_usd + 1e-9
+                        or not self._cost_known):
                     limit = "max_cost_usd"
                 if limit:
                     self.exhausted = self.exhausted or limit

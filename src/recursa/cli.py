@@ -1,10 +1,15 @@
-"""The `recursa` command line: run | models (and the commands other modules register)."""
+"""The `recursa` command line: run | models (and the commands other modules register).
+
+Output contracts of `recursa run` (docs/cli.md): the answer (or, with --json, the Result as
+JSON) is the only thing on stdout; progress, the summary and errors go to stderr; with
+--events jsonl every stderr line is JSON; the exit status says how the run ended.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
+import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,126 +17,157 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-err = Console(stderr=True, highlight=False)
+from recursa.options import OptionError, RLMOptions, plain_error
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)   # errors stay one line
+
+# exit statuses of `recursa run` (one table in docs/cli.md)
+EXIT_FINAL = 0        # the model confirmed its answer
+EXIT_ERROR = 1        # the run failed (the partial answer is still printed)
+EXIT_USAGE = 2        # bad options or a failed preflight: nothing was spent
+EXIT_EXTRACTED = 3    # iterations ran out; the answer was extracted, not confirmed
+EXIT_LIMIT = 4        # a hard limit (tokens, cost, sub-calls, time) stopped the run
+EXIT_INTERRUPTED = 130
+EXIT_CODES = {"final": EXIT_FINAL, "error": EXIT_ERROR, "extracted": EXIT_EXTRACTED,
+              "limit": EXIT_LIMIT}
 
 
-def _limits(a: argparse.Namespace) -> dict[str, Any]:
-    pairs = {"max_iterations": a.max_iterations, "max_depth": a.max_depth,
-             "max_subcalls": a.max_subcalls, "max_tokens": a.max_tokens,
-             "max_cost_usd": a.max_cost, "max_seconds": a.max_seconds,
-             "cell_timeout": a.cell_timeout}
-    return {k: v for k, v in pairs.items() if v is not None}
+def add_model_options(p: argparse.ArgumentParser, **kw: Any) -> None:
+    """The shared model, endpoint, limit and sandbox options (recursa.options)."""
+    RLMOptions.add_to(p, **kw)
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
-    """Model, endpoint and limit options shared by `run`, `serve` and `bench`."""
-    p.add_argument("--model", help="root model spec, e.g. openai:gpt-5 or local:qwen2.5-coder-0.5b")
-    p.add_argument("--sub-model", help="model for sub-calls (default: the root model)")
-    p.add_argument("--base-url", help="OpenAI-compatible endpoint for the model")
-    p.add_argument("--sub-base-url", help="endpoint for the sub-model")
-    p.add_argument("--api-key-env", metavar="NAME",
-                   help="environment variable holding the key for --base-url (keys are never "
-                        "taken on the command line, where `ps` would show them)")
-    p.add_argument("--sandbox", default="local",
-                   choices=["local", "inprocess", "docker", "modal", "e2b", "daytona"],
-                   help="where model-written code runs (default: isolated local worker)")
-    p.add_argument("--max-iterations", type=int)
-    p.add_argument("--max-depth", type=int)
-    p.add_argument("--max-subcalls", type=int)
-    p.add_argument("--max-tokens", type=int)
-    p.add_argument("--max-cost", type=float, help="USD across the whole recursion tree")
-    p.add_argument("--max-seconds", type=float)
-    p.add_argument("--cell-timeout", type=float)
-    p.add_argument("--concurrency", type=int, default=32)
-    p.add_argument("--max-output-chars", type=int, default=8192)
+class Notices:
+    """Everything `run` says on stderr besides the event view, in the chosen shape: rich text,
+    JSON lines (--events jsonl: stderr stays pure JSON), or nothing but errors (-q)."""
+
+    def __init__(self, *, jsonl: bool, quiet: bool):
+        self.jsonl, self.quiet = jsonl, quiet
+        self._handler: logging.Handler | None = None
+        if jsonl:    # log warnings (no bwrap, ...) as JSON lines too
+            self._handler = logging.StreamHandler(sys.stderr)
+            self._handler.setFormatter(_JsonLogFormatter())
+            self._handler.setLevel(logging.WARNING)
+            logging.getLogger().addHandler(self._handler)
+
+    def close(self) -> None:
+        if self._handler is not None:
+            logging.getLogger().removeHandler(self._handler)
+            self._handler = None
+
+    def _json(self, kind: str, **data: Any) -> None:
+        sys.stderr.write(json.dumps({"kind": kind, **data}) + "\n")
+        sys.stderr.flush()
+
+    def info(self, message: str) -> None:
+        if self.jsonl:
+            self._json("notice", message=message)
+        elif not self.quiet:
+            err.print(f"[dim]{escape(message)}[/]")
+
+    def warn(self, message: str) -> None:
+        if self.jsonl:
+            self._json("notice", level="warning", message=message)
+        elif not self.quiet:
+            err.print(f"[yellow]{escape(message)}[/]")
+
+    def error(self, message: str) -> None:
+        if self.jsonl:
+            self._json("error", message=message)
+        else:
+            err.print(f"[red]error:[/] {escape(message)}")
 
 
-def resolve_model(a: argparse.Namespace) -> str:
-    if a.model:
-        return a.model
-    from recursa.models import default_model_spec
-    spec, reason = default_model_spec(os.environ)
-    err.print(f"[yellow]no --model given: using {spec} ({escape(reason)})[/]")
-    return spec
+class _JsonLogFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps({"kind": "log", "level": record.levelname.lower(),
+                           "logger": record.name, "message": record.getMessage()})
 
 
 def read_context(arg: str | None) -> Any:
     if arg is None:
         return None
     if arg == "-":
-        data = sys.stdin.buffer.read()
-        return data
-    return Path(arg)
+        return sys.stdin.buffer.read()
+    path = Path(arg)
+    if not path.exists():    # before any model is fetched or called
+        raise OptionError(f"--context {arg}: that file or directory does not exist")
+    return path
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from recursa.console import ConsoleView, JsonLinesView
-    from recursa.rlm import RLM
+    notes = Notices(jsonl=a.events == "jsonl", quiet=a.quiet)
+    try:
+        return _run(a, notes)
+    finally:
+        notes.close()
+
+
+def _run(a: argparse.Namespace, notes: Notices) -> int:
     from recursa.types import RecursaError
 
+    view: Any = None
     try:
+        trace = Path(a.trace) if a.trace else None
+        if trace is not None and trace.exists() and trace.stat().st_size and not a.append:
+            raise OptionError(f"--trace {trace}: the file exists; pass --append to add this "
+                              "run to it (view picks a run with --run), or choose a new file")
+        opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
         context = read_context(a.context)
-        model = resolve_model(a)
-        limits = _limits(a)
-        view: Any
+        from recursa.preflight import check_options
+        check_options(opts, say=notes.info)
+        from recursa.console import ConsoleView, JsonLinesView
         if a.events == "jsonl":
             view = JsonLinesView()
-        elif a.quiet:
-            view = None
-        else:
-            view = ConsoleView(err, budget=limits)
-        api_key = None
-        if a.api_key_env:
-            api_key = os.environ.get(a.api_key_env)
-            if not api_key:
-                raise ValueError(f"--api-key-env {a.api_key_env}: that variable is not set")
-        for spec in {model, a.sub_model} - {None}:
-            if spec.startswith("local:"):
-                from recursa.models.runtime_cli import prepare_local
-                prepare_local(spec)
-        rlm = RLM(model=model, sub_model=a.sub_model, base_url=a.base_url, api_key=api_key,
-                  sub_base_url=a.sub_base_url, sandbox=a.sandbox, concurrency=a.concurrency,
-                  max_output_chars=a.max_output_chars, trace_path=a.trace,
-                  trace_dir=None if a.trace else a.trace_dir,
-                  sinks=[view] if view else None, **limits)
+        elif not a.quiet:
+            view = ConsoleView(err, budget=opts.limits())
+        rlm = opts.build(trace_path=trace, trace_dir=None if trace else a.trace_dir,
+                         sinks=[view] if view else None, preflight=False)
     except (RecursaError, ValueError, TypeError, OSError) as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
-        return 2
+        notes.error(plain_error(e))
+        return EXIT_USAGE
+    import asyncio
     try:
         res = asyncio.run(rlm.acompletion(a.query, context))
     except KeyboardInterrupt:
-        if isinstance(view, ConsoleView):
-            view.close()
-            last = view.last_answer or {}
-            err.print("[yellow]interrupted[/]: " + view.summary())
-            if last.get("answer"):
-                print(last["answer"])
-                err.print("[yellow](partial answer above)[/]")
-        where = rlm.trace_path or (rlm.trace_dir and f"{rlm.trace_dir}/run-*.jsonl (the newest)")
-        err.print(f"trace: {escape(str(where or '(none: pass --trace)'))}")
-        return 130
+        return _interrupted(view, rlm, notes)
     except (RecursaError, ValueError) as e:
-        if view:
-            view.close()
-        err.print(f"[red]error:[/] {escape(str(e))}")
-        return 2
+        notes.error(plain_error(e))
+        return EXIT_USAGE
     finally:
         if view:
             view.close()
-    print(res.answer)
     if a.json:
-        err.print_json(res.model_dump_json())
-    cost = "unknown" if res.cost_usd is None else f"${res.cost_usd:.4f}"
-    tokens = sum(u.usage.total_tokens for u in res.usage.values())
-    err.print(f"[dim]status {res.status}  turns {res.turns}  sub-calls {res.subcalls}  "
-              f"tokens {tokens:,}  cost {cost}  {res.elapsed_s:.1f}s"
-              + (f"  trace {escape(res.trace_path)}" if res.trace_path else "") + "[/]")
+        print(res.model_dump_json(indent=1))
+    else:
+        print(res.answer)
+    if not a.quiet and a.events != "jsonl":
+        cost = "unknown" if res.cost_usd is None else f"${res.cost_usd:.4f}"
+        tokens = sum(u.usage.total_tokens for u in res.usage.values())
+        err.print(f"[dim]status {res.status}  turns {res.turns}  sub-calls {res.subcalls}  "
+                  f"tokens {tokens:,}  cost {cost}  {res.elapsed_s:.1f}s"
+                  + (f"  trace {escape(res.trace_path)}" if res.trace_path else "") + "[/]")
+        if res.status == "limit":
+            err.print(f"[yellow]stopped at limit {res.limit}; answer extracted at the end[/]")
     if res.status == "error":
-        err.print(f"[red]run failed:[/] {escape(str(res.error))}")
-        return 1
-    if res.status == "limit":
-        err.print(f"[yellow]stopped at limit {res.limit}; answer extracted at the end[/]")
-    return 0
+        notes.error(f"run failed: {res.error}")
+    return EXIT_CODES.get(res.status, EXIT_ERROR)
+
+
+def _interrupted(view: Any, rlm: Any, notes: Notices) -> int:
+    from recursa.console import ConsoleView
+    if isinstance(view, ConsoleView):
+        view.close()
+        last = view.last_answer or {}
+        notes.warn("interrupted: " + view.summary())
+        if last.get("answer"):
+            print(last["answer"])
+            notes.warn("(partial answer above)")
+    else:
+        notes.warn("interrupted")
+    where = rlm.trace_path or (rlm.trace_dir and f"{rlm.trace_dir}/run-*.jsonl (the newest)")
+    notes.info(f"trace: {where or '(none: pass --trace)'}")
+    return EXIT_INTERRUPTED
 
 
 def cmd_models(a: argparse.Namespace) -> int:
@@ -154,19 +190,46 @@ def cmd_models(a: argparse.Namespace) -> int:
     return 0
 
 
+class _Version(argparse.Action):
+    """--version, looked up only when asked (keeps the parser cheap to build)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kw: Any):
+        super().__init__(option_strings, dest, nargs=0, help="print recursa's version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version("recursa")
+        except PackageNotFoundError:
+            v = "unknown (not installed)"
+        print(f"recursa {v}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="recursa", description="Recursive Language Models")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    r = sub.add_parser("run", help="answer a question over a file, a directory or stdin")
+    r = sub.add_parser("run", help="answer a question over a file, a directory or stdin",
+                       description="Answer QUERY over --context. stdout gets the answer only "
+                       "(--json: the Result as JSON); stderr the live view and the summary. "
+                       "Exit status: 0 final, 1 error, 2 bad options or failed preflight, "
+                       "3 extracted, 4 limit, 130 interrupted.")
     r.add_argument("query")
     r.add_argument("--context", "-c", help="file, directory, or - for stdin")
-    add_model_options(r)
-    r.add_argument("--trace", help="write the trace to this JSONL file")
+    r.add_argument("--trace", help="write the trace to this JSONL file (refuses an existing "
+                   "one unless --append)")
+    r.add_argument("--append", action="store_true",
+                   help="with --trace: add this run to an existing trace file")
     r.add_argument("--trace-dir", help="write one trace file per run into this directory")
-    r.add_argument("--quiet", "-q", action="store_true", help="no live view")
-    r.add_argument("--events", choices=["jsonl"], help="print every event on stderr")
-    r.add_argument("--json", action="store_true", help="print the full Result as JSON on stderr")
+    r.add_argument("--quiet", "-q", action="store_true",
+                   help="print only the answer (errors still go to stderr)")
+    r.add_argument("--events", choices=["jsonl"],
+                   help="print every event as one JSON line on stderr (and nothing else there)")
+    r.add_argument("--json", action="store_true",
+                   help="print the full Result as JSON on stdout instead of the answer")
+    add_model_options(r)
     r.set_defaults(fn=cmd_run)
 
     m = sub.add_parser("models", help="list or fetch local models")
@@ -202,4 +265,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from recursa.extras import MissingExtra
 from recursa.types import Event
 
 _CONTENT_FIELDS = ("query", "text", "code", "output", "prompt", "response", "answer", "error",
@@ -30,9 +31,7 @@ def _otel() -> Any:
     try:
         from opentelemetry import trace
     except ImportError as e:  # pragma: no cover - exercised only without the extra
-        raise ImportError(
-            "recursa.otel needs OpenTelemetry: pip install 'recursa[otel]' "
-            "(or opentelemetry-sdk)") from e
+        raise MissingExtra("otel", "recursa.otel", module="opentelemetry") from e
     return trace
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,10 @@ class RLM:
     `cell_timeout`, `max_consecutive_errors`) may be given one by one or as `budget=Budget(...)`,
     and overridden per call. `sub_tools`: functions (or a `recursa.tools.ToolSet`) that only
     sub-models may call; the REPL and the root see only the sub-model's final answer.
+    `prices` ({model spec: Price | (in, out) | dict}, USD per 1M tokens) prices models without a
+    built-in price; a run with `max_cost_usd` needs a price (or a provider-reported cost) for
+    every model. `preflight` (default on): before the first model call, check keys, model
+    files, endpoints, the sandbox and the cost limit, raising PreflightError if one fails.
     `cache`: True (the default file), a path, or a `recursa.models.cache.ResponseCache`:
     replies to requests seen before come from disk at no cost (docs/cache.md).
     """
@@ -58,6 +62,7 @@ class RLM:
                  sub_tools: ToolSet | Sequence[Callable[..., Any] | Tool] | None = None,
                  cache: bool | str | os.PathLike[str] | ResponseCache | None = None,
                  cache_nondeterministic: bool = False,
+                 prices: Mapping[str, Any] | None = None, preflight: bool = True,
                  **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
@@ -89,6 +94,8 @@ class RLM:
         self.model_options = dict(model_options or {})
         self.sub_model_options = dict(sub_model_options or {})
         self.client_options = dict(client_options or {})
+        self.prices = dict(prices or {})
+        self.preflight = preflight
         # tools only sub-models may call; the root is told their names in its system prompt
         self.sub_tools = ToolSet.of(sub_tools) if sub_tools else None
         self.tool_names: list[str] | None = self.sub_tools.names if self.sub_tools else None
@@ -131,6 +138,11 @@ class RLM:
             extra = {name: self._client(spec, self.base_url, self.api_key, owned)
                      for name, spec in self.models.items()}
             extra.setdefault(root.name, root)
+            if self.preflight:     # fail before the first model call, having spent nothing
+                from recursa.preflight import acheck, target_of_client
+                await acheck([target_of_client(c) for c in (root, sub, *extra.values())],
+                             max_cost_usd=budget.max_cost_usd, sandbox=self.sandbox,
+                             sandbox_options=self.sandbox_options)
             ledger = Ledger(budget)
             dispatcher = Dispatcher(ledger=ledger, tracer=tracer, sub_client=sub, clients=extra,
                                     concurrency=self.concurrency, max_depth=budget.max_depth,
@@ -178,6 +190,8 @@ class RLM:
             opts["base_url"] = base_url
         if api_key:
             opts["api_key"] = api_key
+        if self.prices:
+            opts["prices"] = self.prices
         client = make_client(spec, **opts)
         owned.append(client)
         return cached(client, self.cache, nondeterministic=self.cache_nondeterministic)

@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _csv(text: str) -> list[str]:
@@ -35,27 +35,28 @@ def register(sub: Any) -> None:
     r.add_argument("--task", required=True, help="comma-separated task names (see bench list)")
     r.add_argument("--lengths", default="8k",
                    help="comma-separated input lengths in tokens: 2048, 8k (=8192), 1m (=2^20)")
+    r.add_argument("--length", dest="lengths", help=argparse.SUPPRESS, default=argparse.SUPPRESS)
     r.add_argument("--method", default="rlm,direct",
                    help="comma-separated: rlm, rlm-d0, rlm-d2, direct, direct-trunc, "
                         "compaction, codeact-bm25")
     r.add_argument("-n", type=int, default=10, help="instances (seeds) per task and length")
-    r.add_argument("--seed-start", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0, help="first seed")
+    r.add_argument("--seed-start", dest="seed", type=int, help=argparse.SUPPRESS,
+                   default=argparse.SUPPRESS)                           # old name
     r.add_argument("--out", required=True, help="results directory (rows.jsonl, traces/)")
-    add_model_options(r)
-    r.set_defaults(concurrency=4)   # here: instances in parallel (not sub-calls per run)
-    r.add_argument("--subcall-concurrency", type=int, default=8,
-                   help="parallel sub-calls within one run")
+    r.add_argument("--parallel", dest="concurrency", type=int, default=4,
+                   help="instances run at once (default 4)")
+    add_model_options(r, skip_aliases=("--concurrency",))
+    # old spelling of --parallel (here --concurrency always meant instances)
+    r.add_argument("--concurrency", dest="concurrency", type=int, help=argparse.SUPPRESS,
+                   default=argparse.SUPPRESS)
     r.add_argument("--depth", type=int, default=1, help="rlm recursion depth (rlm-dN overrides)")
     r.add_argument("--truncate", action="store_true",
                    help="direct: cut an input that does not fit the window (else: a failure)")
     r.add_argument("--window", type=int, help="root model window in tokens (direct); default: "
                                               "the client's own (a local model's n_ctx)")
-    r.add_argument("--n-ctx", type=int, help="local models: context size to load")
     r.add_argument("--chunk-tokens", type=int, default=2000, help="compaction window")
     r.add_argument("--passage-tokens", type=int, default=200, help="codeact-bm25 passage size")
-    r.add_argument("--max-answer-tokens", type=int,
-                   help="output cap of every model call (max_tokens)")
-    r.add_argument("--temperature", type=float)
     r.add_argument("--client-option", type=_kv, action="append", default=[],
                    metavar="KEY=VALUE", help="extra option for local/replay clients (JSON value)")
     r.add_argument("--tips", help="tips block for the RLM's system prompt")
@@ -78,44 +79,70 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from recursa.cli import _limits, resolve_model
+    from recursa.options import RLMOptions
+    from recursa.preflight import check_options
+    from recursa.types import RecursaError
 
     from .executors import executor_from_args
     from .methods import MethodConfig, parse_method
     from .runner import make_specs, parse_length, run_bench
 
     try:
-        model = resolve_model(a)
+        opts = RLMOptions.from_args(a).with_default_model(
+            say=lambda m: err.print(f"[yellow]{m}[/]"))
         lengths = [parse_length(x) for x in _csv(a.lengths)]
         client_options = dict(a.client_option)
-        if a.n_ctx:
-            client_options["n_ctx"] = a.n_ctx
-        model_options: dict[str, Any] = {}
-        if a.max_answer_tokens:
-            model_options["max_tokens"] = a.max_answer_tokens
-        if a.temperature is not None:
-            model_options["temperature"] = a.temperature
+        client_options.update(opts.client_options())
         configs = []
         for label in _csv(a.method):
             name, depth, truncate = parse_method(label, a.depth, a.truncate)
             configs.append(MethodConfig(
-                method=name, depth=depth, truncate=truncate, model=model,
-                sub_model=a.sub_model, base_url=a.base_url, sub_base_url=a.sub_base_url,
-                sandbox=a.sandbox, limits=_limits(a), max_output_chars=a.max_output_chars,
-                subcall_concurrency=a.subcall_concurrency, client_options=client_options,
-                model_options=model_options, window_tokens=a.window,
-                chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips))
-        seeds = range(a.seed_start, a.seed_start + a.n)
+                method=name, depth=depth, truncate=truncate, model=opts.model or "",
+                sub_model=opts.sub_model, base_url=opts.base_url, sub_base_url=opts.sub_base_url,
+                api_key_env=opts.api_key_env, sub_api_key_env=opts.sub_api_key_env,
+                prices=opts.price_table(), sandbox=opts.sandbox, limits=opts.limits(),
+                max_output_chars=opts.max_output_chars,
+                subcall_concurrency=opts.subcall_concurrency, client_options=client_options,
+                model_options=opts.model_options(), window_tokens=a.window,
+                chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips,
+                cache=opts.cache))
+        seeds = range(a.seed, a.seed + a.n)
         trace_dir = None if a.no_traces else str(_out(a.out) / "traces")
         specs = make_specs(_csv(a.task), lengths, seeds, configs, trace_dir)
-    except (ValueError, KeyError, TypeError) as e:
+        # once, before any instance: a run that cannot work fails here, having spent nothing
+        check_options(opts, say=lambda m: err.print(f"[dim]{m}[/]"))
+    except (RecursaError, ValueError, KeyError, TypeError, OSError) as e:
         err.print(f"[red]error:[/] {e}")
         return 2
+    failures: list[dict[str, Any]] = []
+
+    def keep_failure(row: dict[str, Any]) -> None:
+        if row.get("status") == "error":
+            failures.append(row)
+
     s = run_bench(specs, a.out, executor=executor_from_args(a),
-                  retry_errors=a.retry_errors, progress=not a.no_progress)
+                  retry_errors=a.retry_errors, progress=not a.no_progress, on_row=keep_failure)
     err.print(f"{s['ran']} run, {s['skipped']} already done, {s['errors']} errors; "
               f"rows in {_out(a.out) / 'rows.jsonl'}")
+    if failures:
+        err.print(f"[red]{len(failures)} of {s['ran']} rows failed[/] (rerun with --retry-errors "
+                  "to redo them):")
+        for why, n in failure_reasons(failures):
+            err.print(f"  {n} x {why}")
+        return 1
     return 0
+
+
+def failure_reasons(rows: list[dict[str, Any]], top: int = 5) -> list[tuple[str, int]]:
+    """The most common reasons among failed rows, as (reason, count), commonest first."""
+    from collections import Counter
+    counts = Counter(" ".join(str(r.get("error") or "unknown error").split())[:200]
+                     for r in rows)
+    out = counts.most_common(top)
+    rest = sum(counts.values()) - sum(n for _, n in out)
+    if rest:
+        out.append((f"(other reasons: {len(counts) - top})", rest))
+    return out
 
 
 def _out(path: str) -> Any:

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from recursa.extras import MissingExtra
+
 from .methods import method_label
 from .runner import SCHEMA_VERSION, OnRow, row_key, run_instance
 
@@ -35,8 +37,7 @@ def _require_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise RuntimeError("the Ray executor needs Ray: pip install 'recursa[ray]' "
-                           f"({exc})") from None
+        raise MissingExtra("ray", "the Ray executor", module="ray", detail=str(exc)) from None
     return ray
 
 

@@ -55,6 +55,9 @@ class MethodConfig(BaseModel):
     sub_model: str | None = None
     base_url: str | None = None
     sub_base_url: str | None = None
+    api_key_env: str | None = None        # variables holding the keys (read where the run runs)
+    sub_api_key_env: str | None = None
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)  # USD per 1M in/out
     sandbox: str = "local"
     limits: dict[str, Any] = Field(default_factory=dict)       # Budget fields
     max_output_chars: int = 8192
@@ -134,19 +137,23 @@ def _make_clients(cfg: MethodConfig) -> tuple[ModelClient, ModelClient]:
     from recursa.models import make_client
     from recursa.models.cache import cached
 
-    def build(spec: str, base_url: str | None) -> ModelClient:
+    def build(spec: str, base_url: str | None, key_env: str | None) -> ModelClient:
         # client options (n_ctx, ...) are for in-process clients; endpoints get base_url only
         opts = dict(cfg.client_options) if spec.startswith(("local:", "replay:")) else {}
         if spec.startswith("replay:") and isinstance(opts.get("responder"), str):
             opts["responses"] = _import_attr(opts.pop("responder"))
         if base_url and spec.split(":", 1)[0] in ("openai", "vllm", "openrouter"):
             opts["base_url"] = base_url
-        return cached(make_client(spec, **opts), cfg.cache)
+        if key_env and os.environ.get(key_env):
+            opts["api_key"] = os.environ[key_env]
+        return cached(make_client(spec, prices=cfg.prices or None, **opts), cfg.cache)
 
-    root = build(cfg.model, cfg.base_url)
+    root = build(cfg.model, cfg.base_url, cfg.api_key_env)
     if not cfg.sub_model or cfg.sub_model == cfg.model:
         return root, root
-    return root, build(cfg.sub_model, cfg.sub_base_url or cfg.base_url)
+    same = cfg.sub_model.split(":", 1)[0] == cfg.model.split(":", 1)[0]   # a key stays with
+    return root, build(cfg.sub_model, cfg.sub_base_url or cfg.base_url,   # its provider
+                       cfg.sub_api_key_env or (cfg.api_key_env if same else None))
 
 
 def _import_attr(path: str) -> Any:

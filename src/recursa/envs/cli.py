@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def register(sub: Any) -> None:
@@ -23,18 +23,22 @@ def register(sub: Any) -> None:
                    help=f"comma-separated, from {', '.join(VARIANTS)}")
     a.add_argument("-n", type=int, default=10, help="rollouts per variant (same seeds for all)")
     a.add_argument("--seed", type=int, default=0, help="first seed")
-    a.add_argument("--length", type=int, help="context length in tokens (env default if unset)")
-    a.add_argument("--model", help="root model spec (default: as `recursa run`)")
-    a.add_argument("--sub-model", help="sub-model spec (default: the root model)")
-    a.add_argument("--sandbox", default="local", choices=["local", "inprocess"])
-    a.add_argument("--concurrency", type=int, default=4,
-                   help="rollouts in parallel (local executor)")
-    a.add_argument("--max-iterations", type=int, default=10)
-    a.add_argument("--max-subcalls", type=int)
-    a.add_argument("--max-seconds", type=float, help="wall-time limit per rollout")
-    a.add_argument("--turn-tokens", type=int, help="max_tokens of each root model reply")
-    a.add_argument("--sub-tokens", type=int, help="max_tokens of each sub-model reply")
-    a.add_argument("--temperature", type=float)
+    a.add_argument("--seed-start", dest="seed", type=int, help=argparse.SUPPRESS,
+                   default=argparse.SUPPRESS)                      # bench run's old name
+    a.add_argument("--lengths", help="context length in tokens, e.g. 4000 or 8k (one value; "
+                   "default: the environment's)")
+    a.add_argument("--length", dest="lengths", help=argparse.SUPPRESS,
+                   default=argparse.SUPPRESS)                      # old name
+    a.add_argument("--parallel", dest="concurrency", type=int, default=4,
+                   help="rollouts run at once (local executor; default 4)")
+    from recursa.cli import add_model_options
+    add_model_options(a, skip_aliases=("--concurrency",))
+    a.add_argument("--concurrency", dest="concurrency", type=int, help=argparse.SUPPRESS,
+                   default=argparse.SUPPRESS)   # old spelling of --parallel
+    a.add_argument("--turn-tokens", type=int, help="max_tokens of each root model reply "
+                   "(default: --max-answer-tokens)")
+    a.add_argument("--sub-tokens", type=int, help="max_tokens of each sub-model reply "
+                   "(default: --max-answer-tokens)")
     a.add_argument("--out", default="ablation", help="directory for report.md, ablation.svg, "
                    "results.jsonl and traces/; a rerun skips rollouts already in results.jsonl")
     a.add_argument("--retry-errors", action="store_true", help="redo rollouts with status error")
@@ -70,27 +74,28 @@ def rollout_executor(a: argparse.Namespace) -> Any:
 
 
 def cmd_ablate(a: argparse.Namespace) -> int:
-    from recursa.cli import resolve_model
     from recursa.envs.ablate import summarize, table, write_report
     from recursa.envs.base import get_env
     from recursa.envs.rollout import read_results, run_ablation
+    from recursa.options import RLMOptions
+    from recursa.preflight import check_options
+    from recursa.types import RecursaError
 
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
     try:
         env = get_env(a.env)
-        model = resolve_model(a)
-    except (KeyError, ValueError) as e:
+        opts = RLMOptions.from_args(a).with_default_model(
+            say=lambda m: err.print(f"[yellow]{m}[/]"))
+        length = _one_length(a.lengths)
+        check_options(opts, say=lambda m: err.print(f"[dim]{m}[/]"))
+    except (RecursaError, KeyError, ValueError, OSError) as e:
         err.print(f"[red]error:[/] {e}")
         return 2
     out = Path(a.out)
     results = out / "results.jsonl"
-    root_opts = {k: v for k, v in (("max_tokens", a.turn_tokens),
-                                   ("temperature", a.temperature)) if v is not None}
-    sub_opts = {k: v for k, v in (("max_tokens", a.sub_tokens),
-                                  ("temperature", a.temperature)) if v is not None}
-    limits = {k: v for k, v in (("max_iterations", a.max_iterations),
-                                ("max_subcalls", a.max_subcalls),
-                                ("max_seconds", a.max_seconds)) if v is not None}
+    reply = opts.model_options()
+    root_opts = {**reply, **({"max_tokens": a.turn_tokens} if a.turn_tokens else {})}
+    sub_opts = {**reply, **({"max_tokens": a.sub_tokens} if a.sub_tokens else {})}
     done: list[Any] = []
 
     def progress(ro: Any) -> None:
@@ -100,11 +105,11 @@ def cmd_ablate(a: argparse.Namespace) -> int:
 
     try:
         rollouts = run_ablation(
-            env, variants, a.n, model=model, executor=rollout_executor(a), seed0=a.seed,
+            env, variants, a.n, model=opts.model, executor=rollout_executor(a), seed0=a.seed,
             results_path=results, retry_errors=a.retry_errors, on_done=progress,
-            sub_model=a.sub_model, length_tokens=a.length, trace_dir=out / "traces",
-            root_options=root_opts or None, sub_options=sub_opts or None, sandbox=a.sandbox,
-            **limits)
+            sub_model=opts.sub_model, length_tokens=length, trace_dir=out / "traces",
+            root_options=root_opts or None, sub_options=sub_opts or None, sandbox=opts.sandbox,
+            rlm_options=opts.to_dict(), **opts.limits())
     except KeyboardInterrupt:
         err.print(f"[yellow]interrupted[/]: {len(done)} new rollouts in {results}; "
                   "rerun the command to resume")
@@ -119,7 +124,25 @@ def cmd_ablate(a: argparse.Namespace) -> int:
     report = write_report(rollouts, out, env=env.name, command=command, variants=variants)
     print(table(summarize(rollouts, variants)))
     err.print(f"report: {report}  chart: {out / 'ablation.svg'}")
+    failed = [r for r in done if r.status == "error"]
+    if failed:
+        from recursa.bench.cli import failure_reasons
+        err.print(f"[red]{len(failed)} of {len(done)} rollouts failed[/] (rerun with "
+                  "--retry-errors to redo them):")
+        for why, n in failure_reasons([{"error": r.error} for r in failed]):
+            err.print(f"  {n} x {why}")
+        return 1
     return 0
+
+
+def _one_length(text: str | None) -> int | None:
+    if not text:
+        return None
+    from recursa.bench.runner import parse_length
+    parts = [x for x in text.split(",") if x.strip()]
+    if len(parts) != 1:
+        raise ValueError(f"--lengths {text}: ablate takes one length (run it once per length)")
+    return parse_length(parts[0])
 
 
 def cmd_export_sft(a: argparse.Namespace) -> int:

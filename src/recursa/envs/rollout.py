@@ -87,8 +87,12 @@ async def run_rollout(env: Env | str, variant: str, seed: int, *,
                       length_tokens: int | None = None, trace_dir: str | Path | None = None,
                       root_options: dict[str, Any] | None = None,
                       sub_options: dict[str, Any] | None = None,
-                      sandbox: str = "local", **limits: Any) -> Rollout:
-    """One scored rollout. Never raises for a model or run failure: it becomes `error`."""
+                      sandbox: str = "local", rlm_options: dict[str, Any] | None = None,
+                      **limits: Any) -> Rollout:
+    """One scored rollout. Never raises for a model or run failure: it becomes `error`.
+    `rlm_options`: `recursa.options.RLMOptions.to_dict()` for endpoints, keys (by variable
+    name), prices and the like (its model, sandbox, limits and reply options are not used)."""
+    extra = _client_kwargs(rlm_options)
     env = get_env(env) if isinstance(env, str) else env
     check_variant(variant)
     inst = env.instance(seed, length_tokens)
@@ -97,13 +101,14 @@ async def run_rollout(env: Env | str, variant: str, seed: int, *,
     try:
         if variant == "llm":
             run_id, trace = await _llm_rollout(env, inst, ro, model=model,
-                                               trace_dir=trace_dir, options=root_options)
+                                               trace_dir=trace_dir, options=root_options,
+                                               extra=extra)
         else:
             run_id, trace = await _rlm_rollout(env, inst, ro, variant, model=model,
                                                sub_model=sub_model, trace_dir=trace_dir,
                                                root_options=root_options,
                                                sub_options=sub_options, sandbox=sandbox,
-                                               **limits)
+                                               **extra, **limits)
     except RecursaError as e:
         ro.error, ro.status, run_id, trace = f"{type(e).__name__}: {e}", "error", "", None
     ro.elapsed_s = round(time.monotonic() - t0, 3)
@@ -113,6 +118,17 @@ async def run_rollout(env: Env | str, variant: str, seed: int, *,
         record_reward(trace, run_id, ro.reward, env=env.name, variant=variant, seed=seed,
                       instance=inst.id, gold=str(inst.gold)[:200])
     return ro
+
+
+def _client_kwargs(rlm_options: dict[str, Any] | None) -> dict[str, Any]:
+    """What RLM() takes from the shared options besides models, sandbox, limits and replies."""
+    if not rlm_options:
+        return {}
+    from recursa.options import LIMITS, RLMOptions
+    kw = RLMOptions.from_dict(rlm_options).rlm_kwargs()
+    for k in ("model", "sub_model", "sandbox", "model_options", "sub_model_options", *LIMITS):
+        kw.pop(k, None)
+    return kw
 
 
 async def _rlm_rollout(env: Env, inst: Any, ro: Rollout, variant: str, *,
@@ -142,13 +158,14 @@ async def _rlm_rollout(env: Env, inst: Any, ro: Rollout, variant: str, *,
 
 
 async def _llm_rollout(env: Env, inst: Any, ro: Rollout, *, model: str | ModelClient,
-                       trace_dir: str | Path | None, options: dict[str, Any] | None
-                       ) -> tuple[str, Path | None]:
+                       trace_dir: str | Path | None, options: dict[str, Any] | None,
+                       extra: dict[str, Any] | None = None) -> tuple[str, Path | None]:
     """The plain-LLM variant: one answer (with the tools, for a tool environment), traced in
     the same format as an RLM run so reports and SFT export treat every variant alike."""
     from recursa.models import make_client
     owned = isinstance(model, str)
-    client = make_client(model) if isinstance(model, str) else model
+    client = make_client(model, **_make_client_kwargs(model, extra or {})) \
+        if isinstance(model, str) else model
     run_id = new_id()
     path = Path(trace_dir) / f"run-{run_id}.jsonl" if trace_dir else None
     tracer = Tracer([JsonlSink(path)] if path else [], run_id)
@@ -196,10 +213,17 @@ async def _llm_rollout(env: Env, inst: Any, ro: Rollout, *, model: str | ModelCl
     return run_id, path
 
 
+def _make_client_kwargs(spec: str, extra: dict[str, Any]) -> dict[str, Any]:
+    kw: dict[str, Any] = {k: extra[k] for k in ("api_key", "prices") if extra.get(k)}
+    if extra.get("base_url") and spec.split(":", 1)[0] in ("openai", "vllm", "openrouter"):
+        kw["base_url"] = extra["base_url"]
+    return {**kw, **(extra.get("client_options") or {})}
+
+
 # ---------------------------------------------------------------- many rollouts
 OnRow = Callable[[dict[str, Any]], None]
 _SPEC_FIELDS = ("sub_model", "length_tokens", "trace_dir", "root_options", "sub_options",
-                "sandbox")
+                "sandbox", "rlm_options")
 
 
 def _model_name(model: Any) -> str:

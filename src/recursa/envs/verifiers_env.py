@@ -25,13 +25,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from recursa.extras import MissingExtra
+
 try:
     import verifiers as vf
     from verifiers.types import Response, ResponseMessage
     from verifiers.types import Usage as VfUsage
 except ImportError as e:   # the extra is optional: say how to get it
-    raise ImportError("the verifiers adapter needs the classic verifiers API: "
-                      "pip install 'recursa[verifiers]' (verifiers>=0.1.14,<0.4)") from e
+    raise MissingExtra("verifiers", "the verifiers adapter", module="verifiers",
+                       detail="the classic API: verifiers>=0.1.14,<0.4") from e
 
 from recursa import context as ctx
 from recursa import prompts

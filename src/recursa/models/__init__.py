@@ -123,6 +123,9 @@ def make_client(spec: str, *, base_url: str | None = None, api_key: str | None =
         key = api_key or os.environ.get("OPENROUTER_API_KEY")
         if not key:
             raise ValueError(f"{spec}: set OPENROUTER_API_KEY or pass api_key=")
+        # ask for the charged cost in `usage.cost`: what keeps a cost limit without a price table
+        opts["default_options"] = {"extra_body": {"usage": {"include": True}},
+                                   **opts.get("default_options", {})}
         return OpenAIClient(model, base_url=base_url or OPENROUTER_BASE_URL, api_key=key,
                             name=spec, provider="openrouter", prices=prices, **opts)
     if prefix == "vllm":

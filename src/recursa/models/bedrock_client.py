@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ..extras import MissingExtra
 from .anthropic_client import AnthropicClient
 
 # us.anthropic.claude-sonnet-4-5-20250929-v1:0 -> claude-sonnet-4-5 (the price table's name)
@@ -56,8 +57,7 @@ class BedrockClient(AnthropicClient):
             import anthropic
             import boto3  # noqa: F401 - the SDK signs with botocore, imported on first request
         except ImportError as e:
-            raise ValueError(f"{name}: the Bedrock client needs boto3: "
-                             "pip install 'recursa[bedrock]'") from e
+            raise MissingExtra("bedrock", name, module="boto3") from e
         region = (aws_region or os.environ.get("AWS_REGION")
                   or os.environ.get("AWS_DEFAULT_REGION"))
         if not region:

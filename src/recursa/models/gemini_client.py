@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..extras import MissingExtra
 from ..images import gemini_parts, has_images
 from ..types import Completion, Message, ModelError, Usage
 from .pricing import cost_usd
@@ -81,8 +82,7 @@ class GeminiClient:
             from google import genai
             from google.genai import errors, types
         except ImportError as e:
-            raise ValueError(f"{self.name}: the Gemini client needs the google-genai SDK: "
-                             "pip install 'recursa[gemini]'") from e
+            raise MissingExtra("gemini", self.name, module="google-genai") from e
         api_key = api_key or os.environ.get("GOOGLE_API_KEY") or os.environ.get("GEMINI_API_KEY")
         if not api_key:
             raise ValueError(f"{self.name}: no API key (set GEMINI_API_KEY or GOOGLE_API_KEY, "

@@ -15,7 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..types import Completion, Message, ModelError, Usage
+from ..extras import MissingExtra
+from ..types import Completion, Message, Usage
 from .pricing import cost_usd
 from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
 
@@ -33,8 +34,7 @@ def _import_litellm(name: str) -> Any:
     try:
         import litellm
     except ImportError as e:
-        raise ModelError(f"{name}: the LiteLLM client needs litellm: "
-                         "pip install 'recursa[litellm]'") from e
+        raise MissingExtra("litellm", name, module="litellm") from e
     litellm.suppress_debug_info = True
     return litellm
 

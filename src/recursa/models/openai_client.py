@@ -13,7 +13,7 @@ from typing import Any
 import openai
 
 from ..types import Completion, Message, ModelError, Usage
-from .pricing import cost_usd
+from .pricing import cost_usd, estimate_usd
 from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
 
 log = logging.getLogger("recursa.models")
@@ -183,6 +183,11 @@ class OpenAIClient:
         if cost is None and getattr(resp, "model", None):
             cost = cost_usd(resp.model, usage, overrides=self.prices)
         return usage, cost
+
+    def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        """Worst-case USD of a call, for the budget's reservation (prices given to this client
+        included); None when the model has no known price."""
+        return estimate_usd(self.model, input_tokens, output_tokens, overrides=self.prices)
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -133,3 +133,13 @@ def cost_usd(model: str, usage: Usage, *, cache_write_tokens: int = 0,
     total = (fresh * p.input + cached * cached_price + writes * write_price
              + usage.output_tokens * p.output)
     return total / 1_000_000
+
+
+def estimate_usd(model: str, input_tokens: int, output_tokens: int, *,
+                 overrides: Mapping[str, object] | None = None) -> float | None:
+    """Worst-case USD of a call before it is made (no cache discount): what a budget reserves.
+    None when the model has no known price."""
+    p = price_for(model, overrides)
+    if p is None:
+        return None
+    return (input_tokens * p.input + output_tokens * p.output) / 1_000_000

@@ -24,7 +24,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 
 from recursa.budget import Budget
+from recursa.options import RLMOptions
 from recursa.rlm import RLM
+from recursa.server.args import add_mcp_options
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend
 from recursa.types import Event, ModelClient, RecursaError
 
@@ -54,26 +56,21 @@ class RlmAnswer(BaseModel):
 
 @dataclass
 class McpConfig:
-    """Like the HTTP server's config: `limits` are caps a tool call may lower, never raise."""
+    """The shared options (model, endpoints, sandbox...) and the server's own. The options'
+    limits are caps a tool call may lower, never raise."""
 
-    model: str | ModelClient | None = None
-    sub_model: str | ModelClient | None = None
-    base_url: str | None = None
-    sub_base_url: str | None = None
-    sandbox: str | Callable[[], Any] = "local"
-    limits: dict[str, Any] = field(default_factory=dict)
-    concurrency: int = 32
-    max_output_chars: int = 8192
+    options: RLMOptions = field(default_factory=RLMOptions)
     trace_dir: str | None = None
     root: str | None = None          # when set, `path` must lie inside this directory
     rlm_factory: Callable[[McpConfig, Callable[[Event], Any]], RLM] | None = None
+    model: str | ModelClient | None = None       # set by build_server (a replay-file: spec
+    sub_model: str | ModelClient | None = None   # becomes its scripted client)
 
 
 def default_rlm_factory(config: McpConfig, on_event: Callable[[Event], Any]) -> RLM:
-    return RLM(model=config.model, sub_model=config.sub_model, base_url=config.base_url,
-               sub_base_url=config.sub_base_url, sandbox=config.sandbox,
-               concurrency=config.concurrency, max_output_chars=config.max_output_chars,
-               trace_dir=config.trace_dir, on_event=on_event, **config.limits)
+    return RLM(**{**config.options.rlm_kwargs(), "model": config.model,
+                  "sub_model": config.sub_model, "trace_dir": config.trace_dir,
+                  "on_event": on_event})
 
 
 def _resolve_path(path: str, root: str | None) -> Path:
@@ -89,9 +86,9 @@ def _resolve_path(path: str, root: str | None) -> Path:
 
 
 def build_server(config: McpConfig) -> MCPServer:
-    config.model = load_model(config.model)
-    config.sub_model = load_model(config.sub_model)
-    caps = Budget(**config.limits)
+    config.model = load_model(config.model or config.options.model)
+    config.sub_model = load_model(config.sub_model or config.options.sub_model)
+    caps = Budget(**config.options.limits())
     server = MCPServer("recursa", instructions=INSTRUCTIONS)
 
     @server.tool()
@@ -150,18 +147,23 @@ def build_server(config: McpConfig) -> MCPServer:
 
 
 def config_from_args(a: argparse.Namespace) -> McpConfig:
-    from recursa.cli import _limits, resolve_model
-    return McpConfig(model=resolve_model(a), sub_model=a.sub_model, base_url=a.base_url,
-                     sub_base_url=a.sub_base_url, sandbox=a.sandbox, limits=_limits(a),
-                     concurrency=a.concurrency, max_output_chars=a.max_output_chars,
-                     trace_dir=a.trace_dir, root=a.root)
+    opts = RLMOptions.from_args(a).with_default_model(say=_say)
+    return McpConfig(options=opts, trace_dir=a.trace_dir, root=a.root)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr)     # stdout is the MCP wire
 
 
 def cmd_mcp(a: argparse.Namespace) -> int:
+    from recursa.options import plain_error as plain
+    from recursa.preflight import check_options
     try:
-        server = build_server(config_from_args(a))
-    except (ValueError, TypeError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        config = config_from_args(a)
+        check_options(config.options, say=_say)
+        server = build_server(config)
+    except (RecursaError, ValueError, TypeError, OSError) as e:
+        print(f"error: {plain(e)}", file=sys.stderr)
         return 2
     server.run("stdio")
     return 0
@@ -170,7 +172,6 @@ def cmd_mcp(a: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m recursa.server.mcp_server",
                                 description="recursa MCP server (stdio)")
-    from recursa.server.cli import add_mcp_options
     add_mcp_options(p)
     return cmd_mcp(p.parse_args(argv))
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
+from recursa.extras import MissingExtra
 from recursa.sandbox.session import WorkerSession
 from recursa.sandbox.transport import Transport, describe_exit
 from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
@@ -47,9 +48,7 @@ def require(module: str, kind: str, extra: str) -> ModuleType:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise SandboxError(
-            f"sandbox={kind!r} needs the {module!r} package: pip install 'recursa[{extra}]' "
-            f"({exc})") from None
+        raise MissingExtra(extra, f"sandbox={kind!r}", module=module, detail=str(exc)) from None
 
 
 def worker_command(remote_dir: str, python: str = "python3", *, supervised: bool = True,

@@ -1,0 +1,38 @@
+"""The command-line options of `recursa serve` and `recursa mcp` beyond the shared ones
+(recursa.options). Standard library only: `recursa.server.cli` and `recursa.server.mcp_server`
+both import it, and neither imports the other's module at import time."""
+
+from __future__ import annotations
+
+import argparse
+
+from recursa.options import RLMOptions
+
+
+def add_mcp_options(p: argparse.ArgumentParser) -> None:
+    RLMOptions.add_to(p)
+    p.add_argument("--root", help="only allow `path` arguments inside this directory")
+    p.add_argument("--trace-dir", help="write one trace file per tool call into this directory")
+
+
+def add_serve_options(p: argparse.ArgumentParser) -> None:
+    RLMOptions.add_to(p)
+    p.add_argument("--host", default="127.0.0.1", help="interface (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", help="bearer token clients must send (or RECURSA_SERVER_API_KEY)")
+    p.add_argument("--allow-no-auth", action="store_true",
+                   help="allow a non-loopback --host without --api-key")
+    p.add_argument("--max-runs", type=int, default=4,
+                   help="concurrent runs; more requests get 429 (default 4)")
+    p.add_argument("--max-request-mb", type=float, default=16.0,
+                   help="largest request body, in MiB (default 16)")
+    p.add_argument("--served-model-name", default="recursa",
+                   help="the model id /v1/models lists (default 'recursa')")
+    p.add_argument("--allow-sub-model", action="append", metavar="SPEC",
+                   help="a sub-model requests may choose (repeatable; the configured one is "
+                   "always allowed)")
+    p.add_argument("--progress", choices=["reasoning", "field", "none"], default="reasoning",
+                   help="how streaming shows progress (default: reasoning_content deltas)")
+    p.add_argument("--trace-dir", help="write one trace file per request into this directory")
+    p.add_argument("--log-level", default="info",
+                   choices=["critical", "error", "warning", "info", "debug"])
