@@ -192,3 +192,63 @@ def test_reservation_estimate_counts_non_ascii_scripts_conservatively():
     assert text_tokens(cjk) >= 400
     cyr = "\u0436" * 400                       # two UTF-8 bytes each
     assert 200 <= text_tokens(cyr) <= 400
+
+
+# ---------------------------------------------------------------- typed answers
+def test_output_spec_reads_fenced_json_and_python_literals():
+    from pydantic import BaseModel
+
+    from recursa.output import OutputSpec
+
+    class Item(BaseModel):
+        name: str
+        n: int
+
+    spec = OutputSpec.of(list[Item])
+    assert spec.schema["type"] == "array"
+    assert spec.parse('```json\n[{"name": "a", "n": 1}]\n```') == [Item(name="a", n=1)]
+    assert spec.parse("[{'name': 'b', 'n': 2}]") == [Item(name="b", n=2)]   # FINAL(list) repr
+
+
+def test_output_spec_errors_are_short_and_name_the_place():
+    from recursa.output import OutputInvalid, OutputSpec
+
+    spec = OutputSpec.of({"type": "object", "required": ["a"],
+                          "properties": {"a": {"type": "array", "items": {"type": "integer"}}}})
+    with pytest.raises(OutputInvalid) as e:
+        spec.parse('{"a": [1, "two", 3]}')
+    assert str(e.value) == "$.a[1]: 'two' is not of type 'integer'"
+    with pytest.raises(OutputInvalid, match="not JSON"):
+        spec.parse("the answer is 3")
+    assert OutputSpec.of(spec) is spec
+
+
+# ---------------------------------------------------------------- the run recorder
+def test_run_recorder_writes_the_contract_the_reader_reads():
+    from recursa.recorder import RunRecorder, result_from
+    from recursa.trace import CallbackSink, Tracer, build_run
+    from recursa.types import Completion
+
+    events: list = []
+    tracer = Tracer([CallbackSink(events.append)])
+    ledger = Ledger(Budget())
+    rec = RunRecorder(tracer)
+    rec.start(query="q?", model="m", budget={})
+    rec.note(system="sys", first_user="q?")
+    turn = rec.turn(turn=1)
+    comp = Completion(text="```repl\nFINAL('x')\n```", usage=Usage(input_tokens=5,
+                                                                   output_tokens=2),
+                      cost_usd=0.0, model="m")
+    turn.replied(comp)
+    cell = turn.cell(0, "FINAL('x')")
+    turn.cell_end(cell, Cell(final="x", error="Traceback...\nValueError: bad"), "out")
+    turn.end(comp, blocks=1, ended=True)
+    rec.finish(result_from(ledger, tracer, answer="x", status="final", turns=1),
+               totals={"tokens": 7})
+    run = build_run(events)
+    assert (run.answer, run.status, run.answer_source, run.finished) == ("x", "final", "final",
+                                                                         True)
+    assert not run.open_nodes and run.totals.turns == 1 and run.totals.cells == 1
+    assert run.totals.input_tokens == 5
+    c = next(n for n in run.walk() if n.kind == "cell")
+    assert (c.data["error"], c.data["ready"]) == ("ValueError: bad", True)

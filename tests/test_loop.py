@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from recursa import RLM, Budget
 from recursa.models.replay import ReplayClient
@@ -296,3 +297,94 @@ def test_a_model_call_cut_by_max_seconds_is_a_limit_not_an_error(tmp_path: Path)
 
     res = RLM(model=Slow(), sandbox="inprocess", max_seconds=1.0).completion("q", context="x")
     assert (res.status, res.limit) == ("limit", "max_seconds"), (res.status, res.error)
+
+
+# ------------------------------------------------------------------ how the answer was obtained
+@pytest.mark.parametrize("script, answer, source", [
+    ((repl('FINAL("x")'),), "x", "final"),
+    ((repl('answer["content"] = "draft"'), "KEEP"), "draft", "answer_variable"),
+    ((repl("print(1)"), "The answer is 7."), "The answer is 7.", "extraction_turn"),
+    # a last reply in code is never the answer text: the literal it commits, or nothing
+    ((repl("print(1)"), "Here:\n```repl\nFINAL('Lyon')\n```"), "Lyon", "extraction_turn"),
+    ((repl("print(1)"), "Let me look again.\n```repl\nprint(context[:9])\n```"), "", "none"),
+    ((repl('answer["content"] = "draft"'), "Checking:\n```repl\nprint(x)\n```"), "draft",
+     "answer_variable"),
+])
+def test_answer_source_says_how_the_answer_was_obtained(script, answer, source, tmp_path):
+    client = ReplayClient(root_script(*script))
+    res = RLM(model=client, sandbox="inprocess", max_iterations=1,
+              trace_path=tmp_path / "t.jsonl").completion("q", context=CTX)
+    assert (res.answer, res.answer_source) == (answer, source)
+    assert "```" not in res.answer
+    from recursa.trace import load
+    run = load(tmp_path / "t.jsonl")
+    assert (run.answer, run.answer_source) == (answer, source)
+
+
+# ------------------------------------------------------------------ typed answers
+class City(BaseModel):
+    name: str
+    population: int
+
+
+def test_typed_answer_is_validated_and_parsed():
+    client = ReplayClient(root_script(
+        repl('import json\nFINAL(json.dumps({"name": "Lyon", "population": 522000}))')))
+    res = RLM(model=client, sandbox="inprocess").completion("q", context=CTX, output=City)
+    assert res.status == "final" and res.parsed == City(name="Lyon", population=522000)
+    assert res.output_error is None
+    # the root was told the schema with the query
+    assert '"population"' in client.calls[0][1]["content"]
+
+
+def test_invalid_typed_answer_goes_back_with_the_error(tmp_path):
+    client = ReplayClient(root_script(
+        repl('FINAL({"name": "Lyon"})'),                                # population missing
+        repl('FINAL({"name": "Lyon", "population": 42})')))   # a dict repr: parsed
+    res = RLM(model=client, sandbox="inprocess", trace_path=tmp_path / "t.jsonl").completion(
+        "q", context=CTX, output=City)
+    assert (res.status, res.turns) == ("final", 2)
+    assert res.parsed == City(name="Lyon", population=42)
+    feedback = client.calls[1][-1]["content"]
+    assert "does not match the required JSON schema" in feedback
+    assert "$.population: Field required" in feedback
+    held = [e for e in load_events(tmp_path / "t.jsonl")
+            if e.kind == "turn" and e.phase == "end" and "held" in e.data]
+    assert held[0].data["held"]["invalid"].startswith("$.population")
+
+
+def test_json_schema_output_gives_a_dict():
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}},
+              "required": ["n"]}
+    client = ReplayClient(root_script(repl('FINAL(\'{"n": -1}\')'), repl('FINAL(\'{"n": 3}\')')))
+    res = RLM(model=client, sandbox="inprocess").completion("q", context=CTX, output=schema)
+    assert res.parsed == {"n": 3} and res.answer == '{"n": 3}'
+    assert "$.n: -1 is less than the minimum of 0" in client.calls[1][-1]["content"]
+
+
+def test_a_schema_never_satisfied_ends_with_a_clear_output_error():
+    client = ReplayClient(root_script(repl('FINAL("Lyon")')))      # never JSON
+    res = RLM(model=client, sandbox="inprocess", max_iterations=3).completion(
+        "q", context=CTX, output=City)
+    assert res.status == "extracted" and res.limit == "max_iterations"
+    assert res.parsed is None
+    assert res.output_error.startswith("the answer does not match the output schema: "
+                                       "the answer is not JSON")
+    assert "JSON matching the schema" in client.calls[-1][-1]["content"]   # the last turn
+
+
+@pytest.mark.parametrize("output, error, match", [
+    ({"type": "no-such-type"}, ValueError, "not a valid JSON schema"),
+    (5, TypeError, "pydantic model class or a JSON schema dict"),
+    (object(), TypeError, "pydantic cannot validate"),
+])
+def test_bad_output_spec_is_refused_before_the_run(output, error, match):
+    client = ReplayClient(root_script(repl('FINAL("x")')))
+    with pytest.raises(error, match=match):
+        RLM(model=client, sandbox="inprocess").completion("q", context=CTX, output=output)
+    assert client.calls == []
+
+
+def test_last_turn_seconds_must_be_positive():
+    with pytest.raises(ValueError, match="last_turn_seconds must be positive"):
+        RLM(model=ReplayClient(["x"]), last_turn_seconds=0)

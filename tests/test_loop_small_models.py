@@ -17,11 +17,11 @@ from recursa.compaction import msg_tokens as _msg_tokens
 from recursa.envs.sft import root_calls, root_conversations, root_messages
 from recursa.models.replay import ReplayClient
 from recursa.parse import (
+    answer_text,
     code_blocks,
     final_line,
     final_literal,
     normalize_code,
-    plain_answer,
     prose_answer,
 )
 from recursa.trace import load
@@ -390,6 +390,14 @@ def test_every_new_path_in_one_run_is_rebuilt_exactly(tmp_path: Path) -> None:
     ('FINAL("Lyon")', "Lyon"),
     ("```python\nFINAL('Lyon')\n```", "Lyon"),
     ("The city is Lyon.", "The city is Lyon."),
+    ("FINAL(March 2023)", "March 2023"),
+    ("Answer: **42**\n```repl\nprint(total)\n```", "42"),
+    ('```repl\nanswer["content"] = "blue"\nanswer["ready"] = True\n```', "blue"),
+    ("```\nParis\n```", "Paris"),
+    # code that computes its answer, or names a variable, is no answer text
+    ("Let me check.\n```repl\nprint(context[:100])\n```", None),
+    ("FINAL(total)", None),
+    ("", None),
 ])
-def test_last_turn_answers_are_plain_text(reply: str, answer: str) -> None:
-    assert plain_answer(reply) == answer
+def test_last_turn_answers_are_plain_text(reply: str, answer: str | None) -> None:
+    assert answer_text(reply) == answer

@@ -19,6 +19,7 @@ from recursa.types import Message, context_window
 
 if TYPE_CHECKING:
     from recursa.loop import RunEnv, _State
+    from recursa.recorder import TurnSpan
 
 WINDOW_FILL = 0.85            # compact the root's history beyond this share of its window
 COMPACT_TO = 0.7              # ... down to this share of the budget when it can
@@ -73,8 +74,7 @@ async def push_history(st: _State, run: Callable[[str], Awaitable[bool]]) -> str
 
 
 async def fit(env: RunEnv, st: _State, messages: list[Message], extra_tokens: int,
-              turn_ev: str, depth: int,
-              push: Callable[[], Awaitable[str | None]] | None) -> None:
+              turn: TurnSpan, push: Callable[[], Awaitable[str | None]] | None) -> None:
     """Compact `messages` in place when they (plus `extra_tokens` still to come) would not fit
     the root's window; trace the exact replacement (design note 11)."""
     budget = history_budget(env)
@@ -86,7 +86,7 @@ async def fit(env: RunEnv, st: _State, messages: list[Message], extra_tokens: in
     var = await push() if push is not None else st.history_var
     start, end, new = _compact(st, messages, budget - extra_tokens, var)
     messages[start:end] = new
-    env.tracer.emit("turn", parent=turn_ev, depth=depth, compaction={
+    turn.note(compaction={
         "start": start, "end": end, "messages": new, "tokens_before": before,
         "tokens_after": msg_tokens(messages) + extra_tokens, "budget": budget,
         "history_var": var})

@@ -8,15 +8,17 @@ sub-call becomes an error string in its slot; it never fails a batch or the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from recursa import images as img
 from recursa.budget import Ledger
 from recursa.context import estimate_tokens
+from recursa.tools import ToolSet, run_tool_loop
 from recursa.trace import Tracer
 from recursa.types import (
     BudgetExceeded,
@@ -26,9 +28,6 @@ from recursa.types import (
     ModelError,
     RecursaError,
 )
-
-if TYPE_CHECKING:
-    from recursa.tools import ToolSet
 
 DEFAULT_OUTPUT_RESERVE = 2048   # tokens reserved for a call that sets no max_tokens
 TRACE_PROMPT_CHARS = 20_000     # a sub-call prompt is traced up to this size (+ its size and hash)
@@ -43,6 +42,28 @@ class Node:
     depth: int
     parent: str            # event id of the cell (or turn) that made the call
     role: str = "sub"      # role charged for calls made from this node
+
+
+@contextlib.asynccontextmanager
+async def wall_limit(ledger: Ledger, what: str) -> AsyncIterator[None]:
+    """Cut whatever runs inside at the run's `max_seconds` (the call, the cell, the wait for a
+    slot): it is cancelled there and `BudgetExceeded("max_seconds")` raised instead. A client's
+    own timeout cannot promise that: retries start the clock again, and a streamed reply
+    resets it with every chunk."""
+    remaining = ledger.remaining_seconds()
+    if remaining is None:
+        yield
+        return
+    if remaining <= 0:
+        raise BudgetExceeded("max_seconds", f"max_seconds reached before {what}")
+    cm = asyncio.timeout(remaining)
+    try:
+        async with cm:
+            yield
+    except TimeoutError as e:
+        if not cm.expired():
+            raise
+        raise BudgetExceeded("max_seconds", f"max_seconds reached during {what}") from e
 
 
 def estimate_cost(client: ModelClient, input_tokens: int, output_tokens: int) -> float | None:
@@ -86,7 +107,9 @@ class Dispatcher:
                  clients: dict[str, ModelClient], concurrency: int = 32,
                  max_depth: int = 1, sub_options: dict[str, Any] | None = None,
                  trace_prompt_chars: int | None = TRACE_PROMPT_CHARS,
-                 tools: ToolSet | None = None):
+                 tools: ToolSet | None = None, child_runner: ChildRunner | None = None):
+        """`child_runner(node, prompt, context) -> answer` runs a child RLM for `rlm_query`;
+        None: every `rlm_query` is a plain sub-call."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.ledger = ledger
@@ -97,7 +120,7 @@ class Dispatcher:
         self.max_depth = max_depth
         self.sub_options = sub_options or {}
         self.trace_prompt_chars = trace_prompt_chars   # None: trace prompts in full
-        self.child_runner: ChildRunner | None = None
+        self.child_runner = child_runner
         self.tools = tools              # sub-model-only tools: sub-calls run the tool loop
         self.inflight = 0
         self.peak_inflight = 0
@@ -117,19 +140,23 @@ class Dispatcher:
             cost = self._cost_seen.get(client.name)
         res = self.ledger.reserve(tokens=est_in + est_out, cost=cost, subcall=subcall,
                                   force=force)
-        remaining = self.ledger.remaining_seconds()
-        if remaining is not None and not force:
+        remaining = None if force else self.ledger.remaining_seconds()
+        if remaining is not None:
             options["timeout"] = max(1.0, min(remaining, options.get("timeout") or remaining))
+        # a forced call (the root's last-answer turn) brings its own timeout
+        limit = contextlib.nullcontext() if force else \
+            wall_limit(self.ledger, f"a call to {client.name}")
         comp: Completion | None = None
         try:
-            async with self.sem:
+            async with limit, self.sem:
                 self.inflight += 1
                 self.peak_inflight = max(self.peak_inflight, self.inflight)
                 try:
                     comp = await client.complete(messages, **options)
                 except ModelError as e:
-                    # the run's own wall-time limit cut the call: a limit, not a model failure
-                    if remaining is not None and not force and \
+                    # the client's timeout fired at the run's wall-time limit: a limit, not a
+                    # model failure
+                    if remaining is not None and \
                             self.ledger.limit_reached(subcalls=False) == "max_seconds":
                         raise BudgetExceeded("max_seconds", f"max_seconds reached during a "
                                              f"call to {client.name} ({e})") from e
@@ -175,7 +202,6 @@ class Dispatcher:
             extra: dict[str, Any] = {}
             if self.tools is not None and self.tools.tools:
                 # tool output stays inside the loop: the REPL gets only the final answer
-                from recursa.tools import run_tool_loop
                 loop = await run_tool_loop(self, client, messages, self.tools, node=node,
                                            parent=ev, role=node.role, options=options)
                 comp = loop.completion
@@ -185,6 +211,11 @@ class Dispatcher:
             else:
                 comp = await self.call_model(client, messages, role=node.role, subcall=True,
                                              options=options)
+        except asyncio.CancelledError:   # its cell was cut (the time limit): end the span
+            why = " (max_seconds reached)" if \
+                self.ledger.limit_reached(subcalls=False) == "max_seconds" else ""
+            self._fail(ev, node, f"Error: cancelled{why}", t0)
+            raise
         except BudgetExceeded as e:
             return self._fail(ev, node, f"Error: {e} (no more sub-calls can be made)", t0)
         except RecursaError as e:

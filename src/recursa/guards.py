@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from recursa import prompts
 from recursa.compaction import abridge
+from recursa.output import OutputInvalid, OutputSpec
 from recursa.parse import cap, prose_answer
 
 if TYPE_CHECKING:
@@ -86,6 +87,20 @@ async def hold_ungrounded(st: _State, source: str, ran_code: bool, extra: dict[s
     st.held = True
     extra["held"] = {"answer": st.final, "number": number}
     return await _unready(st, ran_code, prompts.UNGROUNDED.format(number=number), run_hidden)
+
+
+async def hold_invalid(st: _State, spec: OutputSpec, ran_code: bool, extra: dict[str, Any],
+                       run_hidden: RunHidden) -> str | None:
+    """A commit that does not match the run's output schema is held, every time: it stays the
+    draft and the validation error goes back to the model. None when the commit is valid."""
+    if st.final is None:
+        return None
+    try:
+        spec.parse(st.final)
+    except OutputInvalid as e:
+        extra["held"] = {"answer": st.final, "invalid": str(e)}
+        return await _unready(st, ran_code, prompts.INVALID_OUTPUT.format(errors=e), run_hidden)
+    return None
 
 
 async def _unready(st: _State, ran_code: bool, note: str, run_hidden: RunHidden) -> str:

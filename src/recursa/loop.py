@@ -1,8 +1,12 @@
 """The RLM loop: one root model, one sandboxed REPL, turn after turn until the answer is ready.
 
 `run_loop` serves the top-level run and every child RLM; `RunEnv` is what they share (budget
-ledger, dispatcher, tracer, clients, settings). What small models get wrong is handled by
-`recursa.guards`; `recursa.compaction` keeps the root's history inside its window.
+ledger, dispatcher, tracer, clients, settings) and `_Run` one run's own state. What small models
+get wrong is handled by `recursa.guards`; `recursa.compaction` keeps the root's history inside
+its window; `recursa.recorder` writes the trace.
+
+Time: every model call and cell is cut at the run's `max_seconds` (`dispatch.wall_limit`); the
+top-level run then gets one last-answer turn under its own short timeout.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,20 +23,24 @@ from recursa import context as ctx
 from recursa import prompts
 from recursa.budget import Budget, Ledger
 from recursa.compaction import abridge, fit, msg_tokens, push_history
-from recursa.dispatch import Dispatcher, Node, cache_mark
-from recursa.guards import RunHidden, hold_ungrounded, plain_digits, prose, repeated
+from recursa.dispatch import Dispatcher, Node, wall_limit
+from recursa.guards import hold_invalid, hold_ungrounded, plain_digits, prose, repeated
+from recursa.output import OutputInvalid, OutputSpec
 from recursa.parse import (
+    answer_text,
     code_blocks,
     final_line,
     final_literal,
     format_cell,
     normalize_code,
-    plain_answer,
 )
+from recursa.recorder import RunRecorder, TurnSpan, result_from, tree_totals
 from recursa.tempdirs import owned_tempdir
 from recursa.trace import Tracer
 from recursa.types import (
     BudgetExceeded,
+    Cell,
+    Completion,
     ContextError,
     Message,
     ModelClient,
@@ -61,6 +69,19 @@ class RunEnv:
     # the most tokens of history sent to the root model; the root client's `context_window`
     # (or `n_ctx`) bounds it too. None and no window known: the history is never compacted.
     max_history_tokens: int | None = None
+    # the top-level run's last-answer turn at a limit: its own timeout (None: see
+    # last_turn_seconds), so a time limit is overshot by that turn at most
+    last_turn_seconds: float | None = None
+    output: OutputSpec | None = None     # the top-level answer's type (recursa.output)
+
+
+def last_turn_seconds(env: RunEnv) -> float | None:
+    """The last-answer turn's timeout: as set, else a quarter of max_seconds within 5-60 s;
+    no time limit, no timeout of its own (the client's applies)."""
+    if env.last_turn_seconds is not None:
+        return env.last_turn_seconds
+    limit = env.budget.max_seconds
+    return None if limit is None else max(5.0, min(60.0, limit / 4))
 
 
 @dataclass
@@ -88,313 +109,401 @@ class _State:
     history_var: str | None = None
     seen: list[str] = field(default_factory=list)   # what the model was shown (query, outputs)
     held: bool = False            # a commit with a number never shown was held once
+    extracted: bool = False       # answer["content"] came from the last-answer turn's reply
 
 
 async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
                    parent: str | None = None) -> Result:
-    t0 = time.monotonic()
-    kind = "run" if depth == 0 else "child"
-    run_ev = env.tracer.emit(kind, phase="start", parent=parent, depth=depth, query=query,
-                             model=env.root_client.name, budget=env.budget.model_dump())
-    st = _State()
-    workdir = Path(owned_tempdir("recursa-ctx-"))
-    sandbox: Sandbox | None = None
-    starting: asyncio.Task[None] | None = None
-    try:
-        prep = ctx.prepare(context, workdir)
-        env.tracer.emit("run", parent=run_ev, depth=depth, context_sha256=prep.payload.sha256,
-                        context_bytes=prep.payload.size_bytes, context_chars=prep.chars,
-                        description=prep.description)
-        sandbox = env.make_sandbox()
-        node = Node(depth=depth, parent=run_ev, role="sub")
-        # The worker starts while the root model writes its first reply: with a real model the
-        # sandbox's start-up (a process, bubblewrap, the context load) costs no wall time.
-        base_handler = env.dispatcher.handler(node)
+    """One RLM run (the top-level one, or a child at `depth` under the cell `parent`)."""
+    return await _Run(env, query, depth, parent).run(context)
+
+
+async def run_child(env: RunEnv, node: Node, prompt: str, context: Any) -> str:
+    """A child RLM for `rlm_query` (a Dispatcher's child runner): its answer, or an error
+    string."""
+    query = prompt
+    if context is None:   # as in the reference library: the prompt is the context
+        context = prompt
+        query = (prompt if len(prompt) <= 1500 else prompt[:1500] + " ...") + \
+            "\n(The full request is the REPL variable `context`.)"
+    res = await run_loop(env, query, context, depth=node.depth + 1, parent=node.parent)
+    if res.status == "error" and not res.answer:
+        return f"Error: child RLM failed: {res.error}"
+    return res.answer
+
+
+class _Run:
+    """One run: its state, sandbox, messages and trace span."""
+
+    def __init__(self, env: RunEnv, query: str, depth: int, parent: str | None):
+        self.env, self.query, self.depth = env, query, depth
+        self.role = "root" if depth == 0 else "child"
+        self.output = env.output if depth == 0 else None
+        self.rec = RunRecorder(env.tracer, depth=depth, parent=parent)
+        self.st = _State()
+        self.t0 = time.monotonic()
+        self.messages: list[Message] = []
+        self.workdir: Path | None = None
+        self.sandbox: Sandbox | None = None
+        self.starting: asyncio.Task[None] | None = None
+        self.announced = False
+        self.node = Node(depth=depth, parent="", role="sub")
+        self.calls: set[asyncio.Task[Any]] = set()   # the REPL's calls being served
+
+    async def run(self, context: Any) -> Result:
+        st = self.st
+        self.rec.start(query=self.query, model=self.env.root_client.name,
+                       budget=self.env.budget.model_dump())
+        try:
+            await self._open(context)
+            await self._turns()
+            await self._stop_calls()
+            if st.final is None and not isinstance(st.error, ModelError):
+                await self._last_turn()
+        except ContextError as e:
+            st.error = e
+            if self.depth == 0:
+                raise
+        except BudgetExceeded as e:
+            st.limit = e.limit
+        except asyncio.CancelledError:   # the cell that opened this child was cut
+            st.limit = st.limit or self.env.ledger.limit_reached(subcalls=False)
+            if not st.limit:
+                st.error = st.error or "cancelled"
+            raise
+        except Exception as e:   # an unexpected failure still yields a Result with the spend
+            st.error = e
+        finally:
+            res = await self._close()
+        return res
+
+    async def _turns(self) -> None:
+        """Model writes code, sandbox runs it, output goes back; until final or a limit."""
+        st = self.st
+        while not self._at_limit():
+            turn = self.rec.turn(turn=st.turns + 1)
+            comp = await self._call_root(turn)
+            if comp is None:
+                return
+            st.turns += 1
+            turn.replied(comp)
+            self._append({"role": "assistant", "content": comp.text})
+            extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, ...
+            try:
+                blocks, nudge, failed = await self._act(comp.text, turn, extra)
+            except BaseException as e:      # the span ends whatever cut the turn short
+                turn.end(comp, error="cancelled" if isinstance(e, asyncio.CancelledError)
+                         else f"{type(e).__name__}: {e}", **extra)
+                raise
+            feedback = self._feedback(blocks, nudge, failed, extra)
+            turn.end(comp, blocks=len(blocks), ended=feedback is None, **extra)
+            if st.final is not None:
+                return
+            if feedback is None:
+                st.limit = "max_consecutive_errors"
+                return
+            self._append({"role": "user", "content": feedback})
+
+    # ------------------------------------------------------------ one turn
+    def _at_limit(self) -> bool:
+        st = self.st
+        st.limit = self.env.ledger.limit_reached(subcalls=False) or (
+            "max_iterations" if st.turns >= self.env.budget.max_iterations else None)
+        return st.limit is not None
+
+    async def _call_root(self, turn: TurnSpan) -> Completion | None:
+        """The turn's model call (after compacting the history if it must); None when a limit
+        or a model error ends the turns."""
+        env = self.env
+        try:
+            await fit(env, self.st, self.messages, 0, turn, self._push_history)
+            return await env.dispatcher.call_model(env.root_client, self.messages,
+                                                   role=self.role, subcall=False,
+                                                   options=env.root_options)
+        except BudgetExceeded as e:
+            self.st.limit = e.limit
+            turn.fail(str(e))
+        except ModelError as e:
+            self.st.error = e
+            turn.fail(str(e))
+        except asyncio.CancelledError:   # a child whose parent's cell was cut
+            turn.fail("cancelled")
+            raise
+        return None
+
+    async def _act(self, text: str, turn: TurnSpan,
+                   extra: dict[str, Any]) -> tuple[list[str], str | None, bool]:
+        """Run the reply's code (unless it is the last code that ran, sent again) or read its
+        prose; hold a commit of something never shown, or one that does not match the output
+        schema. Returns the code blocks, the nudge to send instead of the outputs or NO_CODE
+        (None if none), and whether the turn failed."""
+        st = self.st
+        blocks = code_blocks(text)
+        bare = None
+        if not blocks:     # a `FINAL(...)` line outside any fence runs as code
+            bare = final_line(text)
+            blocks = [bare] if bare else []
+        code = normalize_code(blocks)
+        nudge: str | None = None
+        failed = True
+        if blocks and code == st.last_code and not st.last_called:
+            nudge = repeated(st, extra)      # the same code as the last turn that ran
+        elif blocks:
+            failed = await self._run_blocks(blocks, bare, code, turn, extra)
+        else:
+            nudge = await prose(st, text, extra, self._run_hidden)
+        source = "\n".join(blocks) if blocks else text
+        held = await hold_ungrounded(st, source, bool(blocks), extra, self._run_hidden)
+        if held is None and self.output is not None:
+            held = await hold_invalid(st, self.output, bool(blocks), extra, self._run_hidden)
+        return blocks, held or nudge, failed
+
+    def _feedback(self, blocks: list[str], nudge: str | None, failed_turn: bool,
+                  extra: dict[str, Any]) -> str | None:
+        """The next user message, or None when the turns end: the answer is final, or too many
+        turns in a row failed."""
+        st = self.st
+        if st.final is not None:
+            return None
+        st.consecutive_errors = st.consecutive_errors + 1 if failed_turn else 0
+        if st.consecutive_errors >= self.env.budget.max_consecutive_errors:
+            return None
+        body = nudge if nudge is not None else (st.last_shown if blocks else prompts.NO_CODE)
+        feedback = body + "\n\n" + prompts.CONTINUE.format(query=self.query[:500])
+        if nudge is not None:      # not rebuilt from the cells: traced as it was sent
+            extra["feedback"] = feedback
+        return feedback
+
+    async def _run_blocks(self, blocks: list[str], bare: str | None, code: str,
+                          turn: TurnSpan, extra: dict[str, Any]) -> bool:
+        """Run a turn's blocks in order until one commits; True when every block failed."""
+        st = self.st
+        outputs: list[str] = []
+        failed = 0
+        calls0 = st.model_calls
+        for i, block in enumerate(blocks):
+            cell_id = turn.cell(i, block)
+            self.node.parent = cell_id    # sub-calls and children hang under the cell
+            try:
+                cell = await self._run_cell(block)
+            except asyncio.CancelledError:
+                turn.cell_end(cell_id, Cell(error="cancelled"), "")
+                raise
+            shown = format_cell(cell, self.env.max_output_chars // len(blocks))
+            failed += cell.error is not None
+            st.answer = cell.answer
+            st.variables = list(cell.variables)
+            st.cells_run += 1
+            turn.cell_end(cell_id, cell, shown)
+            outputs.append(shown if len(blocks) == 1 else f"[block {i + 1}]\n{shown}")
+            st.seen.append(plain_digits(shown))
+            if cell.final is not None:
+                st.final = cell.final
+                break
+            if st.limit == "max_seconds":
+                break
+            if bare and cell.error and "SyntaxError" in cell.error:
+                # `FINAL(March 2023)` outside a fence: not Python, but plainly the answer
+                st.final = final_literal(bare)
+                extra["prose_answer"] = {"kind": "final", "content": st.final}
+        st.last_code, st.last_turn = code, st.turns
+        st.last_shown = "\n\n".join(outputs)
+        st.last_failed = failed == len(blocks)
+        st.last_called = st.model_calls > calls0
+        st.log.append(f"Turn {st.turns} ran:\n{abridge(chr(10).join(blocks), 240)}\n"
+                      f"Output: {abridge(st.last_shown, 160)}")
+        return st.last_failed
+
+    async def _run_cell(self, code: str) -> Cell:
+        """One cell, cut at the run's time limit (its REPL state is then lost: the worker is
+        stopped and restarts if another cell runs)."""
+        env = self.env
+        remaining = env.ledger.remaining_seconds()
+        timeout = env.budget.cell_timeout if remaining is None else \
+            max(1.0, min(env.budget.cell_timeout, remaining))
+        try:
+            async with wall_limit(env.ledger, "a cell"):
+                await self._ready()
+                assert self.sandbox is not None
+                return await self.sandbox.run(code, timeout=timeout,
+                                              max_output_chars=env.max_output_chars)
+        except BudgetExceeded as e:
+            self.st.limit = e.limit
+            return Cell(error=f"{e}: the cell was stopped", timed_out=True,
+                        answer=self.st.answer, variables=self.st.variables)
+
+    # ------------------------------------------------------------ the answer at a limit
+    async def _last_turn(self) -> None:
+        """At a limit: one no-code turn asks for the answer; the top-level run's is admitted
+        past the budget, under its own short timeout."""
+        env, st = self.env, self.st
+        draft = str(st.answer.get("content") or "")
+        msg = prompts.LAST_TURN.format(limit=st.limit or "error", query=self.query[:500])
+        if draft:
+            msg += (f'\n\nYour answer["content"] so far ({len(draft):,} chars) begins: '
+                    f"{draft[:500]!r}\nReply with exactly {KEEP} to keep it as the final answer.")
+        if self.output is not None:
+            msg += prompts.LAST_TURN_OUTPUT
+        # the request joins the last feedback message, so user and assistant turns alternate
+        merged = self.messages[-1]["role"] == "user"
+        turn = self.rec.turn(last=True, prompt=msg, merged=merged)
+        await fit(env, st, self.messages, msg_tokens([{"role": "user", "content": msg}]), turn,
+                  None)
+        if merged:
+            call = [*self.messages[:-1], {"role": "user", "content":
+                                          self.messages[-1]["content"] + "\n\n" + msg}]
+        else:
+            call = [*self.messages, {"role": "user", "content": msg}]
+        force = self.depth == 0            # only the top run may pass a limit
+        seconds = last_turn_seconds(env) if force else None
+        options = dict(env.root_options)
+        if seconds is not None:
+            options["timeout"] = min(seconds, options.get("timeout") or seconds)
+        try:
+            async with asyncio.timeout(seconds):
+                comp = await env.dispatcher.call_model(env.root_client, call, role=self.role,
+                                                       subcall=False, options=options,
+                                                       force=force)
+        except (ModelError, BudgetExceeded, TimeoutError) as e:
+            why = str(e) if not isinstance(e, TimeoutError) else \
+                f"no reply within the last-answer turn's {seconds:g} s"
+            turn.fail(why)
+            if st.error is None and st.limit is None:
+                st.error = e if not isinstance(e, TimeoutError) else why
+            return
+        turn.end(comp, last=True)
+        if draft and comp.text.strip("`'\". ").upper() == KEEP:
+            return
+        text = answer_text(comp.text)
+        if text:
+            st.answer, st.extracted = {"content": text, "ready": False}, True
+
+    # ------------------------------------------------------------ setup, REPL, result
+    async def _open(self, context: Any) -> None:
+        """Load the context, start the sandbox (in the background), write the first messages."""
+        env, st = self.env, self.st
+        self.workdir = Path(owned_tempdir("recursa-ctx-"))
+        prep = ctx.prepare(context, self.workdir)
+        self.rec.note(context_sha256=prep.payload.sha256, context_bytes=prep.payload.size_bytes,
+                      context_chars=prep.chars, description=prep.description)
+        self.sandbox = env.make_sandbox()
+        self.node.parent = self.rec.id
+        base_handler = env.dispatcher.handler(self.node)
 
         async def handler(kind: str, args: dict[str, Any]) -> Any:
             st.model_calls += 1
-            return await base_handler(kind, args)
-        starting = asyncio.create_task(sandbox.start(prep.payload, handler))
-
-        announced: list[bool] = []
-
-        async def ready() -> None:
-            await starting         # a failed start raises here, at the first cell
-            if not announced:
-                announced.append(True)
-                env.tracer.emit("run", parent=run_ev, depth=depth, sandbox=sandbox.isolation)
-
-        messages = _first_messages(env, query, prep.description)
-        st.first_user = messages[1]["content"]
+            task = asyncio.current_task()
+            if task is not None:
+                self.calls.add(task)
+            try:
+                return await base_handler(kind, args)
+            finally:
+                self.calls.discard(task)   # type: ignore[arg-type]
+        # The worker starts while the root model writes its first reply: with a real model the
+        # sandbox's start-up (a process, bubblewrap, the context load) costs no wall time.
+        self.starting = asyncio.create_task(self.sandbox.start(prep.payload, handler))
+        self.messages = _first_messages(env, self.query, prep.description, self.output)
+        st.first_user = self.messages[1]["content"]
         st.seen.append(plain_digits(st.first_user))
-        st.full = list(messages)
-        env.tracer.emit("run", parent=run_ev, depth=depth, system=messages[0]["content"],
-                        first_user=messages[1]["content"])
-        await _turns(env, st, sandbox, ready, node, messages, query, depth, run_ev)
-        if st.final is None and not isinstance(st.error, ModelError):
-            await _last_turn(env, st, messages, query, depth, run_ev)
-    except ContextError as e:
-        st.error = e
-        if depth == 0:
-            raise
-    except BudgetExceeded as e:
-        st.limit = e.limit
-    except Exception as e:   # an unexpected failure still yields a Result with the spend
-        st.error = e
-    finally:
-        if starting is not None:   # never leave the start running or its error unretrieved
-            starting.cancel()
-            await asyncio.gather(starting, return_exceptions=True)
-        if sandbox is not None:
-            await sandbox.close()
-        shutil.rmtree(workdir, ignore_errors=True)
-        res = _result(env, st, t0, depth)
-        env.tracer.emit("final", parent=run_ev, depth=depth, answer=res.answer,
-                        status=res.status, ready=res.ready, limit=res.limit, error=res.error)
-        # tree totals only on the top-level run: a child's own figures are its subtree's sums
-        totals = dict(cost_usd=res.cost_usd, tokens=env.ledger.tokens,
-                      subcalls=env.ledger.subcalls) if depth == 0 else {}
-        env.tracer.emit(kind, id=run_ev, phase="end", parent=parent, depth=depth,
-                        status=res.status, turns=res.turns, elapsed_s=res.elapsed_s, **totals)
-    return res
+        st.full = list(self.messages)
+        self.rec.note(system=self.messages[0]["content"], first_user=st.first_user)
 
+    async def _ready(self) -> None:
+        assert self.starting is not None and self.sandbox is not None
+        await self.starting         # a failed start raises here, at the first cell
+        if not self.announced:
+            self.announced = True
+            self.rec.note(sandbox=self.sandbox.isolation)
 
-async def _turns(env: RunEnv, st: _State, sandbox: Sandbox,
-                 ready: Callable[[], Awaitable[None]], node: Node,
-                 messages: list[Message], query: str, depth: int, run_ev: str) -> None:
-    """Model writes code, sandbox runs it, output goes back; until final or a limit."""
-    b = env.budget
-    role = "root" if depth == 0 else "child"
-
-    async def run_hidden(code: str) -> bool:
-        return await _run_hidden(sandbox, ready, code)
-
-    async def push() -> str | None:
-        return await push_history(st, run_hidden)
-
-    while True:
-        st.limit = env.ledger.limit_reached(subcalls=False) or (
-            "max_iterations" if st.turns >= b.max_iterations else None)
-        if st.limit:
-            return
-        turn_ev = env.tracer.emit("turn", phase="start", parent=run_ev, depth=depth,
-                                  turn=st.turns + 1)
+    async def _run_hidden(self, code: str) -> bool:
+        """Run harness code in the REPL (not a model turn, not traced as a cell); best effort,
+        and never past the time limit."""
         try:
-            await fit(env, st, messages, 0, turn_ev, depth, push)
-            comp = await env.dispatcher.call_model(env.root_client, messages, role=role,
-                                                   subcall=False, options=env.root_options)
-        except BudgetExceeded as e:
-            st.limit = e.limit
-            env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth,
-                            error=str(e))
-            return
-        except ModelError as e:
-            st.error = e
-            env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth,
-                            error=str(e))
-            return
-        st.turns += 1
-        # the spend is in the trace before any cell runs: a host killed mid-cell still shows it
-        env.tracer.emit("turn", id=turn_ev, phase="update", parent=run_ev, depth=depth,
-                        usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, model=comp.model,
-                        **cache_mark(comp))
-        _append(st, messages, {"role": "assistant", "content": comp.text})
-        extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, feedback
-        blocks, nudge, failed = await _act_on_reply(env, st, sandbox, ready, run_hidden, node,
-                                                    comp.text, turn_ev, depth, extra)
-        feedback = _feedback(env, st, blocks, nudge, failed, query, extra)
-        env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth,
-                        text=comp.text, usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
-                        model=comp.model, latency_s=round(comp.latency_s, 4), blocks=len(blocks),
-                        ended=feedback is None, **extra, **cache_mark(comp))
+            async with wall_limit(self.env.ledger, "harness code"):
+                await self._ready()
+                assert self.sandbox is not None
+                cell = await self.sandbox.run(code, timeout=30.0, max_output_chars=1000)
+        except Exception:
+            return False
+        return cell.error is None
+
+    async def _push_history(self) -> str | None:
+        return await push_history(self.st, self._run_hidden)
+
+    def _append(self, msg: Message) -> None:
+        self.messages.append(msg)
+        self.st.full.append(msg)
+
+    async def _stop_calls(self) -> None:
+        """Cancel the REPL's calls still running (the sub-calls and children of a cell cut at
+        the time limit) and let them end, so that their spans close before this run's."""
+        pending = [t for t in self.calls if not t.done() and t is not asyncio.current_task()]
+        for t in pending:
+            if not t.cancelling():     # a second cancel would cut a child's own clean-up
+                t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=2.0)
+
+    async def _close(self) -> Result:
+        try:
+            if self.starting is not None:   # never leave the start running or its error
+                self.starting.cancel()      # unretrieved
+                await asyncio.gather(self.starting, return_exceptions=True)
+            if self.sandbox is not None:
+                await self.sandbox.close()
+            await self._stop_calls()
+            if self.workdir is not None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+        finally:   # even when cancelled again: the trace gets this run's final and end
+            res = self._result()
+            # tree totals only on the top-level run: a child's own are its subtree's sums
+            self.rec.finish(res, totals=tree_totals(self.env.ledger, res) if self.depth == 0
+                            else None)
+        return res
+
+    def _result(self) -> Result:
+        st = self.st
         if st.final is not None:
-            return
-        if feedback is None:
-            st.limit = "max_consecutive_errors"
-            return
-        _append(st, messages, {"role": "user", "content": feedback})
+            status, answer, source = "final", st.final, "final"
+        else:
+            answer = str(st.answer.get("content") or "")
+            source = "extraction_turn" if st.extracted and answer else \
+                "answer_variable" if answer else "none"
+            if st.error is not None and st.limit is None:
+                status = "error"
+            elif st.limit in (None, "max_iterations"):
+                status = "extracted"
+            elif st.limit == "max_consecutive_errors":
+                status = "error"
+            else:
+                status = "limit"
+        err = st.error
+        error = f"{type(err).__name__}: {err}" if isinstance(err, Exception) else err
+        if status == "error" and error is None and st.limit:
+            error = f"stopped after {self.env.budget.max_consecutive_errors} consecutive " \
+                    f"failed turns"
+        parsed, output_error = None, None
+        if self.output is not None:
+            try:
+                parsed = self.output.parse(answer) if answer else None
+                output_error = None if answer else "no answer to validate"
+            except OutputInvalid as e:
+                output_error = f"the answer does not match the output schema: {e}"
+        return result_from(self.env.ledger, self.env.tracer, answer=answer, status=status,
+                           ready=status == "final", answer_source=source, turns=st.turns,
+                           elapsed_s=round(time.monotonic() - self.t0, 4), error=error,
+                           limit=st.limit, parsed=parsed, output_error=output_error)
 
 
-async def _act_on_reply(env: RunEnv, st: _State, sandbox: Sandbox,
-                        ready: Callable[[], Awaitable[None]], run_hidden: RunHidden, node: Node,
-                        text: str, turn_ev: str, depth: int,
-                        extra: dict[str, Any]) -> tuple[list[str], str | None, bool]:
-    """Run the reply's code (unless it is the last code that ran, sent again) or read its prose;
-    hold a commit of something never shown. Returns the code blocks, the nudge to send instead
-    of the outputs or NO_CODE (None if none), and whether the turn failed."""
-    blocks = code_blocks(text)
-    bare = None
-    if not blocks:     # a `FINAL(...)` line outside any fence runs as code
-        bare = final_line(text)
-        blocks = [bare] if bare else []
-    code = normalize_code(blocks)
-    nudge: str | None = None
-    failed_turn = True
-    if blocks and code == st.last_code and not st.last_called:
-        nudge = repeated(st, extra)      # the same code as the last turn that ran
-    elif blocks:
-        await ready()
-        failed_turn = await _run_blocks(env, st, sandbox, node, blocks, bare, code, turn_ev,
-                                        depth, extra)
-    else:
-        nudge = await prose(st, text, extra, run_hidden)
-    held = await hold_ungrounded(st, "\n".join(blocks) if blocks else text, bool(blocks), extra,
-                                 run_hidden)
-    return blocks, held or nudge, failed_turn
-
-
-def _feedback(env: RunEnv, st: _State, blocks: list[str], nudge: str | None, failed_turn: bool,
-              query: str, extra: dict[str, Any]) -> str | None:
-    """The next user message, or None when the turns end: the answer is final, or too many
-    turns in a row failed."""
-    if st.final is not None:
-        return None
-    st.consecutive_errors = st.consecutive_errors + 1 if failed_turn else 0
-    if st.consecutive_errors >= env.budget.max_consecutive_errors:
-        return None
-    body = nudge if nudge is not None else (st.last_shown if blocks else prompts.NO_CODE)
-    feedback = body + "\n\n" + prompts.CONTINUE.format(query=query[:500])
-    if nudge is not None:      # not rebuilt from the cells: traced as it was sent
-        extra["feedback"] = feedback
-    return feedback
-
-
-async def _run_blocks(env: RunEnv, st: _State, sandbox: Sandbox, node: Node, blocks: list[str],
-                      bare: str | None, code: str, turn_ev: str, depth: int,
-                      extra: dict[str, Any]) -> bool:
-    """Run a turn's blocks in order until one commits; True when every block failed."""
-    b = env.budget
-    outputs: list[str] = []
-    failed = 0
-    calls0 = st.model_calls
-    for i, block in enumerate(blocks):
-        cell_ev = env.tracer.emit("cell", phase="start", parent=turn_ev, depth=depth,
-                                  index=i, code=block)
-        node.parent = cell_ev
-        remaining = env.ledger.remaining_seconds()
-        timeout = b.cell_timeout if remaining is None else max(1.0, min(b.cell_timeout,
-                                                                         remaining))
-        cell = await sandbox.run(block, timeout=timeout, max_output_chars=env.max_output_chars)
-        shown = format_cell(cell, env.max_output_chars // len(blocks))
-        failed += cell.error is not None
-        st.answer = cell.answer
-        st.variables = list(cell.variables)
-        st.cells_run += 1
-        env.tracer.emit("cell", id=cell_ev, phase="end", parent=turn_ev, depth=depth,
-                        output=shown, error=_last_line(cell.error),
-                        elapsed_s=round(cell.elapsed_s, 4), timed_out=cell.timed_out,
-                        restarted=cell.restarted, ready=cell.final is not None)
-        outputs.append(shown if len(blocks) == 1 else f"[block {i + 1}]\n{shown}")
-        st.seen.append(plain_digits(shown))
-        if cell.final is not None:
-            st.final = cell.final
-            break
-        if bare and cell.error and "SyntaxError" in cell.error:
-            # `FINAL(March 2023)` outside a fence: not Python, but plainly the answer
-            st.final = final_literal(bare)
-            extra["prose_answer"] = {"kind": "final", "content": st.final}
-    st.last_code, st.last_turn = code, st.turns
-    st.last_shown = "\n\n".join(outputs)
-    st.last_failed = failed == len(blocks)
-    st.last_called = st.model_calls > calls0
-    st.log.append(f"Turn {st.turns} ran:\n{abridge(chr(10).join(blocks), 240)}\n"
-                  f"Output: {abridge(st.last_shown, 160)}")
-    return st.last_failed
-
-
-async def _run_hidden(sandbox: Sandbox, ready: Callable[[], Awaitable[None]],
-                      code: str) -> bool:
-    """Run harness code in the REPL (not a model turn, not traced as a cell); best effort."""
-    try:
-        await ready()
-        cell = await sandbox.run(code, timeout=30.0, max_output_chars=1000)
-    except Exception:
-        return False
-    return cell.error is None
-
-
-def _append(st: _State, messages: list[Message], msg: Message) -> None:
-    messages.append(msg)
-    st.full.append(msg)
-
-
-async def _last_turn(env: RunEnv, st: _State, messages: list[Message], query: str, depth: int,
-                     run_ev: str) -> None:
-    """At a limit: one no-code turn asks for the answer (admitted past the budget)."""
-    draft = str(st.answer.get("content") or "")
-    msg = prompts.LAST_TURN.format(limit=st.limit or "error", query=query[:500])
-    if draft:
-        msg += (f'\n\nYour answer["content"] so far ({len(draft):,} chars) begins: {draft[:500]!r}'
-                f"\nReply with exactly {KEEP} to keep it as the final answer.")
-    # the request joins the last feedback message, so user and assistant turns alternate
-    merged = messages[-1]["role"] == "user"
-    turn_ev = env.tracer.emit("turn", phase="start", parent=run_ev, depth=depth, last=True,
-                              prompt=msg, merged=merged)
-    await fit(env, st, messages, msg_tokens([{"role": "user", "content": msg}]), turn_ev,
-              depth, None)
-    if merged:
-        call = [*messages[:-1], {"role": "user",
-                                 "content": messages[-1]["content"] + "\n\n" + msg}]
-    else:
-        call = [*messages, {"role": "user", "content": msg}]
-    try:
-        comp = await env.dispatcher.call_model(
-            env.root_client, call,
-            role="root" if depth == 0 else "child", subcall=False,
-            options=env.root_options, force=depth == 0)   # only the top run may pass a limit
-    except (ModelError, BudgetExceeded) as e:
-        env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth, error=str(e))
-        if st.error is None and st.limit is None:
-            st.error = e
-        return
-    env.tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=depth, text=comp.text,
-                    usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, last=True,
-                    model=comp.model, latency_s=round(comp.latency_s, 4), **cache_mark(comp))
-    text = plain_answer(comp.text)
-    st.answer = {"content": draft if (draft and text.strip("`'\". ").upper() == KEEP) else text,
-                 "ready": False}
-
-
-def _last_line(error: str | None) -> str | None:
-    if not error:
-        return None
-    lines = [ln for ln in error.strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else "error"
-
-
-def _first_messages(env: RunEnv, query: str, description: str) -> list[Message]:
+def _first_messages(env: RunEnv, query: str, description: str,
+                    output: OutputSpec | None) -> list[Message]:
     first_line = description.splitlines()[0] if description else ""
     ctype = first_line.removeprefix("source: ") if first_line.startswith("source:") else first_line
     system = prompts.system_prompt(context_type=ctype.removeprefix("type: "),
                                    max_output_chars=env.max_output_chars,
                                    sub_chars=env.sub_context_chars, tips=env.tips,
                                    tool_names=env.tool_names, template=env.system_template)
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": prompts.FIRST_USER.format(query=query,
-                                                                  description=description)}]
-
-
-def _result(env: RunEnv, st: _State, t0: float, depth: int) -> Result:
-    if st.final is not None:
-        status, answer, ready = "final", st.final, True
-    else:
-        answer, ready = str(st.answer.get("content") or ""), False
-        if st.error is not None and st.limit is None:
-            status = "error"
-        elif st.limit in (None, "max_iterations"):
-            status = "extracted"
-        elif st.limit == "max_consecutive_errors":
-            status = "error"
-        else:
-            status = "limit"
-    err = st.error
-    error = f"{type(err).__name__}: {err}" if isinstance(err, Exception) else err
-    if status == "error" and error is None and st.limit:
-        error = f"stopped after {env.budget.max_consecutive_errors} consecutive failed turns"
-    return Result(answer=answer, status=status, ready=ready,
-                  usage={k: v.model_copy(deep=True) for k, v in env.ledger.by_role.items()},
-                  usage_by_model={k: v.model_copy(deep=True)
-                                  for k, v in env.ledger.by_model.items()},
-                  cost_usd=env.ledger.cost_usd, turns=st.turns, subcalls=env.ledger.subcalls,
-                  elapsed_s=round(time.monotonic() - t0, 4), error=error, limit=st.limit,
-                  run_id=env.tracer.run_id, cache_hits=env.ledger.cache_hits)
+    first = prompts.FIRST_USER.format(query=query, description=description)
+    if output is not None:
+        first += "\n\n" + output.prompt()
+    return [{"role": "system", "content": system}, {"role": "user", "content": first}]

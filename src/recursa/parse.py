@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -89,16 +90,62 @@ def prose_answer(text: str) -> tuple[bool, str] | None:
     return None
 
 
-def plain_answer(text: str) -> str:
-    """A last-turn reply as answer text: a reply that is only a fenced block gives the block's
-    body, and a lone `FINAL(...)` line the text it commits (small models answer in code)."""
-    text = text.strip()
-    blocks = code_blocks(text)
-    if blocks and not outside_fences(text).strip():
-        text = "\n".join(b.strip() for b in blocks)
-    if final_line(text) == text:
-        text = final_literal(text)
-    return text
+def answer_text(reply: str) -> str | None:
+    """The answer a last-turn reply gives, as clean text (no fence, no FINAL(...) around it), or
+    None when it gives none: a reply that is only code computing something is not an answer.
+
+    In order: an "Final answer: X" / "Answer: X" line outside the fences; a lone `FINAL(...)`
+    line; a reply without fences, whole; a fenced block that commits a literal
+    (`FINAL("x")`, `answer["content"] = "x"`) or is one (small models answer in code: `29785`,
+    `Paris`, `March 2023`)."""
+    body = outside_fences(reply).strip()
+    for mark in (_FINAL_MARK, _ANSWER_MARK):
+        hits = list(mark.finditer(body))
+        if hits and _clean(body[hits[-1].end():]):
+            return _clean(body[hits[-1].end():])
+    line = final_line(reply)
+    if line is not None:
+        try:
+            ast.parse(line)
+        except SyntaxError:         # FINAL(March 2023)
+            return final_literal(line) or None
+        return _committed_literal(line)     # FINAL("Lyon"); FINAL(x) names no answer
+    if not code_blocks(reply):
+        return _clean(body) or None
+    for block in reversed(code_blocks(reply)):
+        value = _committed_literal(block)
+        if value is not None:
+            return value
+    return None
+
+
+def _committed_literal(code: str) -> str | None:
+    """The literal a cell commits or is: FINAL(<literal>), answer["content"] = <literal>, a
+    lone literal or name; None for code that computes its answer (or is not an answer)."""
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        text = code.strip()     # `March 2023`: not Python, plainly the answer
+        return _clean(text) if text and "\n" not in text and len(text) <= PROSE_ANSWER_CHARS \
+            else None
+    for node in reversed(tree.body):
+        value = node.value if isinstance(node, ast.Expr | ast.Assign) else None
+        if isinstance(node, ast.Expr) and isinstance(value, ast.Call) and \
+                isinstance(value.func, ast.Name) and value.func.id == "FINAL" and value.args:
+            value = value.args[0]
+        elif isinstance(node, ast.Assign) and not _is_answer_content(node.targets[0]):
+            continue
+        elif isinstance(node, ast.Expr) and len(tree.body) == 1 and isinstance(value, ast.Name):
+            return value.id
+        if isinstance(value, ast.Constant) and value.value is not None:
+            return _clean(str(value.value))
+    return None
+
+
+def _is_answer_content(target: ast.expr) -> bool:
+    return (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)
+            and target.value.id == "answer" and isinstance(target.slice, ast.Constant)
+            and target.slice.value == "content")
 
 
 def normalize_code(blocks: list[str]) -> str:

@@ -110,6 +110,12 @@ COMPACTED_HISTORY = (" The full earlier conversation is in the REPL variable `{n
 LAST_TURN = """The run has reached its limit ({limit}): no more code will run. Reply now with your \
 best final answer to the query as plain text, using what you have found so far. Query: {query}"""
 
+LAST_TURN_OUTPUT = "\nThe answer must be JSON matching the schema you were given."
+
+INVALID_OUTPUT = """Not committed: the answer does not match the required JSON schema:
+{errors}
+Fix it and commit a JSON value that matches the schema, e.g. FINAL(json.dumps(value))."""
+
 TOOLS_LINE = "- Your sub-models (llm_query, llm_batch) can use these tools, which you cannot call " \
              "yourself: {names}. Ask them in plain words to use the tools.\n"
 

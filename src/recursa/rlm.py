@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, Node
-from recursa.loop import RunEnv, run_loop
+from recursa.loop import RunEnv, run_child, run_loop
+from recursa.output import OutputSpec
 from recursa.tools import Tool, ToolSet
 from recursa.trace import CallbackSink, JsonlSink, Tracer, new_id
 from recursa.types import Event, ModelClient, Result, Sandbox, TraceSink, context_window
@@ -41,6 +42,8 @@ class RLM:
     files, endpoints, the sandbox and the cost limit, raising PreflightError if one fails.
     `cache`: True (the default file), a path, or a `recursa.models.cache.ResponseCache`:
     replies to requests seen before come from disk at no cost (docs/cache.md).
+    `last_turn_seconds`: the timeout of the one last-answer turn the run gets at a limit
+    (default: a quarter of `max_seconds`, within 5-60 s; none without `max_seconds`).
     """
 
     def __init__(self, model: str | ModelClient | None = None,
@@ -60,6 +63,7 @@ class RLM:
                  sub_model_options: dict[str, Any] | None = None,
                  client_options: dict[str, Any] | None = None,
                  sub_tools: ToolSet | Sequence[Callable[..., Any] | Tool] | None = None,
+                 last_turn_seconds: float | None = None,
                  cache: bool | str | os.PathLike[str] | ResponseCache | None = None,
                  cache_nondeterministic: bool = False,
                  prices: Mapping[str, Any] | None = None, preflight: bool = True,
@@ -99,14 +103,18 @@ class RLM:
         # tools only sub-models may call; the root is told their names in its system prompt
         self.sub_tools = ToolSet.of(sub_tools) if sub_tools else None
         self.tool_names: list[str] | None = self.sub_tools.names if self.sub_tools else None
+        if last_turn_seconds is not None and last_turn_seconds <= 0:
+            raise ValueError("last_turn_seconds must be positive")
+        self.last_turn_seconds = last_turn_seconds
         # response cache (recursa.models.cache): opened now, so a bad path fails here
         from recursa.models.cache import open_cache
         self.cache, self.cache_nondeterministic = open_cache(cache), cache_nondeterministic
 
     # ------------------------------------------------------------ public API
-    def completion(self, query: str, context: Any = None, **limits: Any) -> Result:
+    def completion(self, query: str, context: Any = None, *, output: Any = None,
+                   **limits: Any) -> Result:
         """Blocking twin of `acompletion`; safe to call from inside a running event loop."""
-        coro = self.acompletion(query, context, **limits)
+        coro = self.acompletion(query, context, output=output, **limits)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -114,9 +122,15 @@ class RLM:
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             return pool.submit(asyncio.run, coro).result()
 
-    async def acompletion(self, query: str, context: Any = None, **limits: Any) -> Result:
+    async def acompletion(self, query: str, context: Any = None, *, output: Any = None,
+                          **limits: Any) -> Result:
+        """Answer `query` about `context`. `output`: a pydantic model class (or a type
+        pydantic's TypeAdapter takes, or a JSON schema dict, or a `recursa.output.OutputSpec`)
+        the answer must match; `Result.parsed` then holds the validated value (see
+        recursa.output)."""
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
+        spec = OutputSpec.of(output) if output is not None else None
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
             raise TypeError(f"unknown limit(s): {', '.join(sorted(unknown))}")
@@ -144,29 +158,21 @@ class RLM:
                              max_cost_usd=budget.max_cost_usd, sandbox=self.sandbox,
                              sandbox_options=self.sandbox_options)
             ledger = Ledger(budget)
+            env: RunEnv   # bound below, before any child can start
+
+            async def child(node: Node, prompt: str, context: Any) -> str:
+                return await run_child(env, node, prompt, context)
             dispatcher = Dispatcher(ledger=ledger, tracer=tracer, sub_client=sub, clients=extra,
                                     concurrency=self.concurrency, max_depth=budget.max_depth,
-                                    sub_options=self.sub_model_options, tools=self.sub_tools)
+                                    sub_options=self.sub_model_options, tools=self.sub_tools,
+                                    child_runner=child)
             env = RunEnv(budget=budget, ledger=ledger, tracer=tracer, dispatcher=dispatcher,
                          root_client=root, make_sandbox=self._make_sandbox,
                          max_output_chars=self.max_output_chars, root_options=self.model_options,
                          tips=self.tips, tool_names=self.tool_names,
                          system_template=self.system_prompt,
-                         sub_context_chars=_context_chars(sub))
-
-            async def child(node: Node, prompt: str, context: Any) -> str:
-                query = prompt
-                if context is None:   # as in the reference library: the prompt is the context
-                    context = prompt
-                    query = (prompt if len(prompt) <= 1500 else prompt[:1500] + " ...") + \
-                        "\n(The full request is the REPL variable `context`.)"
-                res = await run_loop(env, query, context, depth=node.depth + 1,
-                                     parent=node.parent)
-                if res.status == "error" and not res.answer:
-                    return f"Error: child RLM failed: {res.error}"
-                return res.answer
-
-            dispatcher.child_runner = child
+                         sub_context_chars=_context_chars(sub),
+                         last_turn_seconds=self.last_turn_seconds, output=spec)
             res = await run_loop(env, query, context)
         finally:
             for c in owned:
@@ -243,11 +249,12 @@ def _context_chars(client: ModelClient) -> int:
     return int(window * 3) if window else 100_000
 
 
-async def acompletion(query: str, context: Any = None, **kwargs: Any) -> Result:
+async def acompletion(query: str, context: Any = None, *, output: Any = None,
+                      **kwargs: Any) -> Result:
     """One-shot async RLM run; kwargs go to RLM()."""
-    return await RLM(**kwargs).acompletion(query, context)
+    return await RLM(**kwargs).acompletion(query, context, output=output)
 
 
-def completion(query: str, context: Any = None, **kwargs: Any) -> Result:
+def completion(query: str, context: Any = None, *, output: Any = None, **kwargs: Any) -> Result:
     """One-shot blocking RLM run; kwargs go to RLM()."""
-    return RLM(**kwargs).completion(query, context)
+    return RLM(**kwargs).completion(query, context, output=output)

@@ -31,13 +31,12 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from recursa.types import Completion, Message, Usage
+from recursa.types import Completion, Message, ModelClient, Usage
 
 if TYPE_CHECKING:
-    from recursa.dispatch import Dispatcher, Node
-    from recursa.types import ModelClient
+    from recursa.trace import Tracer
 
 DEFAULT_TIMEOUT = 30.0        # seconds per tool call
 DEFAULT_MAX_TURNS = 6         # model turns that may call tools, per sub-call
@@ -311,6 +310,24 @@ def _cap(text: str, limit: int) -> str:
     return text[:limit] + f"\n... [{len(text) - limit:,} more characters cut]"
 
 
+class ModelCaller(Protocol):
+    """What the tool loop needs of the run (a `recursa.dispatch.Dispatcher` is one): model
+    calls under the run's budget and concurrency, and its tracer. Typed here, not imported, so
+    that dispatch imports tools and never the other way round."""
+
+    tracer: Tracer
+
+    async def call_model(self, client: ModelClient, messages: list[Message], *, role: str,
+                         subcall: bool, options: dict[str, Any] | None = None,
+                         force: bool = False) -> Completion: ...
+
+
+class Where(Protocol):
+    """Where in the recursion tree the calls come from (a `recursa.dispatch.Node` is one)."""
+
+    depth: int
+
+
 @dataclass
 class LoopResult:
     completion: Completion          # the final answer, with usage summed over every turn
@@ -325,8 +342,8 @@ FORCE_ANSWER = ("You have used all your tool calls. Answer now, in plain text, f
                 "have found; do not call any tool.")
 
 
-async def run_tool_loop(dispatcher: Dispatcher, client: ModelClient, messages: list[Message],
-                        toolset: ToolSet, *, node: Node, parent: str, role: str = "sub",
+async def run_tool_loop(dispatcher: ModelCaller, client: ModelClient, messages: list[Message],
+                        toolset: ToolSet, *, node: Where, parent: str, role: str = "sub",
                         options: dict[str, Any] | None = None,
                         first_is_subcall: bool = True) -> LoopResult:
     """A sub-call with tools: model turn, tool calls, results back, ... then the final answer.
@@ -393,7 +410,7 @@ async def run_tool_loop(dispatcher: Dispatcher, client: ModelClient, messages: l
     return out
 
 
-async def _run_call(dispatcher: Dispatcher, toolset: ToolSet, call: ToolCall, node: Node,
+async def _run_call(dispatcher: ModelCaller, toolset: ToolSet, call: ToolCall, node: Where,
                     parent: str) -> tuple[str, float]:
     t0 = time.monotonic()
     ev = dispatcher.tracer.emit("tool", phase="start", parent=parent, depth=node.depth,
@@ -402,7 +419,13 @@ async def _run_call(dispatcher: Dispatcher, toolset: ToolSet, call: ToolCall, no
     if call.error or tool is None:
         text = f"Error: {call.error or f'unknown tool {call.name!r}'}"
     else:
-        text = await call_tool(tool, call.arguments)
+        try:
+            text = await call_tool(tool, call.arguments)
+        except asyncio.CancelledError:      # the sub-call was cut: end the span
+            dispatcher.tracer.emit("tool", id=ev, phase="end", parent=parent, depth=node.depth,
+                                   name=call.name, error="Error: cancelled",
+                                   elapsed_s=round(time.monotonic() - t0, 4))
+            raise
     elapsed = time.monotonic() - t0
     failed = text.startswith("Error:")
     toolset.calls += 1

@@ -316,6 +316,7 @@ class Run:
     path: str | None = None
     answer: str | None = None
     status: str | None = None        # final / extracted / limit / error; None if never ended
+    answer_source: str | None = None  # final / answer_variable / extraction_turn / none
     ready: bool = False
     error: str | None = None
     limit: str | None = None
@@ -474,6 +475,7 @@ def _fill(run: Run, root: TraceNode | None, last_t: float | None) -> None:
         if p.kind == "final":
             run.answer = d.get("answer")
             run.status = d.get("status")
+            run.answer_source = d.get("answer_source")
             run.ready = bool(d.get("ready"))
             run.error = d.get("error")
             run.limit = d.get("limit")

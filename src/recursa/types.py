@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 Message = dict[str, Any]  # {"role": "system"|"user"|"assistant", "content": str}
 
@@ -187,10 +187,24 @@ class RoleUsage(BaseModel):
     cost_usd: float | None = 0.0        # None once any call had an unknown price
 
 
+# How `Result.answer` was obtained:
+#   final            the model committed it (FINAL(...), answer["ready"] = True, a prose commit)
+#   answer_variable  the draft in the REPL's answer["content"] when the run stopped (kept by the
+#                    model's KEEP in the last-answer turn, or the last-answer turn gave nothing)
+#   extraction_turn  the reply of the last-answer turn at a limit, cleaned to its answer text
+#   none             nothing: `answer` is ""
+AnswerSource = Literal["final", "answer_variable", "extraction_turn", "none"]
+
+
 class Result(BaseModel):
     answer: str
     status: Status
     ready: bool = False                 # the model itself confirmed the answer
+    answer_source: AnswerSource | None = None   # None: filled in from status and answer
+    # typed answers (`output=`): the validated object (a model instance, or the decoded JSON
+    # for a JSON schema), or None with `output_error` saying why the answer did not validate
+    parsed: Any = None
+    output_error: str | None = None
     usage: dict[str, RoleUsage] = Field(default_factory=dict)          # by role: root/sub/child
     usage_by_model: dict[str, RoleUsage] = Field(default_factory=dict)
     cost_usd: float | None = 0.0
@@ -202,6 +216,13 @@ class Result(BaseModel):
     error: str | None = None
     limit: str | None = None            # which limit ended the run, if one did
     run_id: str = ""
+
+    @model_validator(mode="after")
+    def _source(self) -> Result:
+        if self.answer_source is None:
+            self.answer_source = ("final" if self.status == "final" and self.answer else
+                                  "extraction_turn" if self.answer else "none")
+        return self
 
     def __str__(self) -> str:
         return self.answer

@@ -24,9 +24,11 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from recursa.budget import Budget, Ledger
-from recursa.dispatch import Dispatcher, cache_mark
+from recursa.dispatch import Dispatcher
+from recursa.recorder import RunRecorder, result_from, tree_totals
 from recursa.trace import JsonlSink, Tracer, new_id
 from recursa.types import (
+    AnswerSource,
     BudgetExceeded,
     CallHandler,
     Cell,
@@ -35,6 +37,7 @@ from recursa.types import (
     ModelError,
     Result,
     Sandbox,
+    Status,
     context_window,
 )
 
@@ -185,45 +188,34 @@ class _Run:
                                      clients={}, concurrency=1, max_depth=0)
         self.t0 = time.monotonic()
         self.turns = 0
-        self.run_ev = self.tracer.emit("run", phase="start", query=query, model=client.name,
-                                       method=cfg.label, budget=self.budget.model_dump())
+        self.rec = RunRecorder(self.tracer)
+        self.rec.start(query=query, model=client.name, method=cfg.label,
+                       budget=self.budget.model_dump())
 
     async def ask(self, prompt: str, *, step: str, max_tokens: int | None = None,
                   force: bool = False) -> str:
         opts = dict(self.options)
         if max_tokens:
             opts["max_tokens"] = max_tokens
-        ev = self.tracer.emit("turn", phase="start", parent=self.run_ev, turn=self.turns + 1,
-                              step=step)
+        turn = self.rec.turn(turn=self.turns + 1, step=step)
         try:
             comp = await self.dispatcher.call_model(
                 self.client, [{"role": "user", "content": prompt}], role="root",
                 subcall=False, options=opts, force=force)
         except Exception as e:
-            self.tracer.emit("turn", id=ev, phase="end", parent=self.run_ev, error=str(e))
+            turn.fail(str(e))
             raise
         self.turns += 1
-        self.tracer.emit("turn", id=ev, phase="end", parent=self.run_ev, text=comp.text,
-                         usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
-                         model=comp.model, latency_s=round(comp.latency_s, 4),
-                         prompt_chars=len(prompt), **cache_mark(comp))
+        turn.end(comp, prompt_chars=len(prompt))
         return comp.text
 
-    def finish(self, answer: str, status: str, *, error: str | None = None,
-               limit: str | None = None) -> Result:
-        res = Result(answer=answer, status=status, ready=status == "final",  # type: ignore[arg-type]
-                     usage={k: v.model_copy(deep=True) for k, v in self.ledger.by_role.items()},
-                     usage_by_model={k: v.model_copy(deep=True)
-                                     for k, v in self.ledger.by_model.items()},
-                     cost_usd=self.ledger.cost_usd, turns=self.turns,
-                     subcalls=self.ledger.subcalls, cache_hits=self.ledger.cache_hits,
-                     elapsed_s=round(time.monotonic() - self.t0, 4), error=error, limit=limit,
-                     run_id=self.tracer.run_id, trace_path=self.trace_path)
-        self.tracer.emit("final", parent=self.run_ev, answer=answer, status=status,
-                         ready=res.ready, limit=limit, error=error)
-        self.tracer.emit("run", id=self.run_ev, phase="end", status=status, turns=self.turns,
-                         elapsed_s=res.elapsed_s, cost_usd=res.cost_usd,
-                         tokens=self.ledger.tokens, subcalls=self.ledger.subcalls)
+    def finish(self, answer: str, status: Status, *, error: str | None = None,
+               limit: str | None = None, source: AnswerSource | None = None) -> Result:
+        res = result_from(self.ledger, self.tracer, answer=answer, status=status,
+                          ready=status == "final", answer_source=source, turns=self.turns,
+                          elapsed_s=round(time.monotonic() - self.t0, 4), error=error,
+                          limit=limit, trace_path=self.trace_path)
+        self.rec.finish(res, totals=tree_totals(self.ledger, res))
         self.tracer.close()
         return res
 
@@ -312,7 +304,8 @@ async def run_compaction(cfg: MethodConfig, inst: Instance, trace_path: str | No
                                    step="answer", force=limit is not None)
         except (ModelError, BudgetExceeded) as e:
             return run.finish("", "error", error=f"{type(e).__name__}: {e}", limit=limit)
-        return run.finish(answer, "limit" if limit else "final", limit=limit)
+        return run.finish(answer, "limit" if limit else "final", limit=limit,
+                          source="extraction_turn" if limit else "final")
     finally:
         await _close(root, sub)
 

@@ -30,9 +30,10 @@ from recursa.bench.runner import AsyncioExecutor
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, Node
 from recursa.envs.base import ENVS, Env, check_variant, get_env
+from recursa.recorder import RunRecorder, result_from
 from recursa.tools import ToolSet, run_tool_loop
 from recursa.trace import JsonlSink, Tracer, new_id
-from recursa.types import Event, ModelClient, RecursaError
+from recursa.types import Event, ModelClient, RecursaError, Status
 
 
 @dataclass
@@ -172,39 +173,36 @@ async def _llm_rollout(env: Env, inst: Any, ro: Rollout, *, model: str | ModelCl
     ledger = Ledger(Budget())
     disp = Dispatcher(ledger=ledger, tracer=tracer, sub_client=client, clients={})
     messages = env.llm_messages(inst)
-    run_ev = tracer.emit("run", phase="start", depth=0, query=inst.query, model=client.name,
-                         variant="llm")
-    tracer.emit("run", parent=run_ev, system=messages[0]["content"],
-                first_user=messages[1]["content"])
-    turn_ev = tracer.emit("turn", phase="start", parent=run_ev, depth=0, turn=1)
-    status, err, tool_calls = "final", None, 0
+    rec = RunRecorder(tracer)
+    rec.start(query=inst.query, model=client.name, variant="llm")
+    rec.note(system=messages[0]["content"], first_user=messages[1]["content"])
+    turn = rec.turn(turn=1)
+    status: Status = "final"
+    err, tool_calls = None, 0
     t0 = time.monotonic()
     try:
         tools = env.tools(inst)
         if tools:
             ts = ToolSet.of(tools)
             loop = await run_tool_loop(disp, client, messages, ts,
-                                       node=Node(depth=0, parent=turn_ev, role="root"),
-                                       parent=turn_ev, role="root", options=options,
+                                       node=Node(depth=0, parent=turn.id, role="root"),
+                                       parent=turn.id, role="root", options=options,
                                        first_is_subcall=False)
             comp, tool_calls = loop.completion, loop.tool_calls
         else:
             comp = await disp.call_model(client, messages, role="root", subcall=False,
                                          options=options)
         text = comp.text
-        tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=0, text=text,
-                    usage=comp.usage.model_dump(), cost_usd=comp.cost_usd, model=comp.model,
-                    latency_s=round(comp.latency_s, 4), tool_calls=tool_calls)
+        turn.end(comp, tool_calls=tool_calls)
     except RecursaError as e:
         text, status, err = "", "error", f"{type(e).__name__}: {e}"
-        tracer.emit("turn", id=turn_ev, phase="end", parent=run_ev, depth=0, error=err)
+        turn.fail(err)
     finally:
         if owned:
             await client.aclose()
-    tracer.emit("final", parent=run_ev, depth=0, answer=text, status=status,
-                ready=status == "final", limit=None, error=err)
-    tracer.emit("run", id=run_ev, phase="end", depth=0, status=status, turns=1,
-                elapsed_s=round(time.monotonic() - t0, 4), tokens=ledger.tokens, subcalls=0)
+    res = result_from(ledger, tracer, answer=text, status=status, ready=status == "final",
+                      turns=1, elapsed_s=round(time.monotonic() - t0, 4), error=err)
+    rec.finish(res, totals=dict(tokens=ledger.tokens, subcalls=0))
     tracer.close()
     u = ledger.by_role.get("root")
     ro.answer, ro.status, ro.turns, ro.error, ro.tool_calls = text, status, 1, err, tool_calls
