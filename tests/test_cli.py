@@ -208,3 +208,22 @@ def test_trace_refuses_an_existing_file_unless_append_and_view_picks_a_run(tmp_p
         assert "first question" in page and "second question" not in page
     p = run(["view", str(trace), "--run", "3"])
     assert p.returncode == 2 and "holds 2" in p.stderr.decode()
+
+
+# ---------------------------------------------------------------- typed answers
+def test_schema_prints_the_validated_json_and_fails_when_never_met(tmp_path: Path):
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "integer"}},
+                                  "required": ["n"]}))
+    good = ['```repl\nanswer["content"] = \'{"n": 42}\'\nanswer["ready"] = True\n```']
+    base = ["run", "q", "--context", "-", "--sandbox", "inprocess", "--schema", str(schema)]
+    p = run([*base, "--model", script(tmp_path, good)], stdin=b"data")
+    assert p.returncode == 0, p.stderr.decode()
+    assert json.loads(p.stdout) == {"n": 42}
+    bad = {"cycle": ['```repl\nanswer["content"] = "no number"\nanswer["ready"] = True\n```']}
+    p = run([*base, "--model", script(tmp_path, bad), "--max-iterations", "2"], stdin=b"data")
+    assert p.returncode == 1
+    assert "does not match --schema" in p.stderr.decode()
+    schema.write_text("[1, 2]")
+    p = run([*base, "--model", script(tmp_path, good)], stdin=b"data")
+    assert p.returncode == 2 and "a JSON schema is an object" in p.stderr.decode()

@@ -95,6 +95,25 @@ def read_context(arg: str | None) -> Any:
     return path
 
 
+def read_schema(arg: str | None) -> Any:
+    """`--schema FILE`: a JSON schema the answer must match (checked before any model call)."""
+    if arg is None:
+        return None
+    try:
+        schema = json.loads(Path(arg).read_text())
+    except OSError as e:
+        raise OptionError(f"--schema {arg}: cannot read it ({e.strerror or e})") from None
+    except json.JSONDecodeError as e:
+        raise OptionError(f"--schema {arg}: not JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(schema, dict):
+        raise OptionError(f"--schema {arg}: a JSON schema is an object, got {type(schema).__name__}")
+    from recursa.output import OutputSpec
+    try:
+        return OutputSpec.of(schema)
+    except ValueError as e:
+        raise OptionError(f"--schema {arg}: {e}") from None
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     notes = Notices(jsonl=a.events == "jsonl", quiet=a.quiet)
     try:
@@ -114,6 +133,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
                               "run to it (view picks a run with --run), or choose a new file")
         opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
         context = read_context(a.context)
+        output = read_schema(a.schema)
         from recursa.preflight import check_options
         check_options(opts, say=notes.info)
         from recursa.console import ConsoleView, JsonLinesView
@@ -128,7 +148,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         return EXIT_USAGE
     import asyncio
     try:
-        res = asyncio.run(rlm.acompletion(a.query, context))
+        res = asyncio.run(rlm.acompletion(a.query, context, output=output))
     except KeyboardInterrupt:
         return _interrupted(view, rlm, notes)
     except (RecursaError, ValueError) as e:
@@ -139,6 +159,8 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
             view.close()
     if a.json:
         print(res.model_dump_json(indent=1))
+    elif output is not None and res.parsed is not None:
+        print(json.dumps(res.parsed, ensure_ascii=False))
     else:
         print(res.answer)
     if not a.quiet and a.events != "jsonl":
@@ -151,6 +173,9 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
             err.print(f"[yellow]stopped at limit {res.limit}; answer extracted at the end[/]")
     if res.status == "error":
         notes.error(f"run failed: {res.error}")
+    if output is not None and res.parsed is None:
+        notes.error(f"the answer does not match --schema: {res.output_error or 'no answer'}")
+        return EXIT_ERROR
     return EXIT_CODES.get(res.status, EXIT_ERROR)
 
 
@@ -227,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print only the answer (errors still go to stderr)")
     r.add_argument("--events", choices=["jsonl"],
                    help="print every event as one JSON line on stderr (and nothing else there)")
+    r.add_argument("--schema", metavar="FILE",
+                   help="JSON schema the answer must match; stdout is then the validated JSON")
     r.add_argument("--json", action="store_true",
                    help="print the full Result as JSON on stdout instead of the answer")
     add_model_options(r)
