@@ -218,7 +218,8 @@ def run_driver(python: str, module: str, params: dict[str, Any], *, timeout: flo
     the result says so; a crash returns the last lines of stderr."""
     cmd = [python, str(BENCH_DIR / f"{module}.py"), "--drive", json.dumps(params)]
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env["PYTHONPATH"] = os.pathsep.join([str(BENCH_DIR), str(TESTS_DIR)])
+    # this checkout's recursa first (an editable install may point at another one)
+    env["PYTHONPATH"] = os.pathsep.join([str(BENCH_DIR), str(TESTS_DIR), str(REPO / "src")])
     env["PYTHONUNBUFFERED"] = "1"
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

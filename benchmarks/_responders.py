@@ -99,6 +99,18 @@ class Scripted:
             return _final(repr(f"crosstalk: run {k} saw tags {sorted(tags)}"))
         return _final("'run-' + str(tag)")
 
+    def prog_tagbatch(self, turn: int, args: list[int], seen: str) -> str:
+        """prog_tag with n sub-calls in one batch in turn 1 (bench_sandbox_start)."""
+        k, n = args
+        if turn == 1:
+            return _repl(f"tag = {k}\nr = {self.n['llm_batch']}([f'SUBQ {{i}}' for i in "
+                         f"range({n})])\nprint('tag-' + str(tag) + '-end', "
+                         "sum(x == 'ok' for x in r))")
+        tags = set(re.findall(r"tag-(\d+)-end", seen))
+        if tags != {str(k)} or f"-end {n}" not in seen:
+            return _final(repr(f"wrong: run {k} saw tags {sorted(tags)}"))
+        return _final("'run-' + str(tag)")
+
     def prog_needle(self, turn: int, args: list[int], seen: str) -> str:
         if turn == 1:
             return _repl("import re\nm = re.search(r'secret code is ([A-Z]+-[0-9]+)', context)\n"

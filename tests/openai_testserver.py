@@ -10,8 +10,10 @@ for tests and benchmarks. Stdlib only; runs in a background thread on 127.0.0.1,
         assert srv.request_count == 3
 
 Endpoints: POST /v1/chat/completions (also `stream: true` -> SSE chunks, with a usage chunk when
-`stream_options.include_usage`), POST /v1/messages (Anthropic; base URL `srv.anthropic_base_url`),
-GET /v1/models.
+`stream_options.include_usage`), POST /v1/messages (Anthropic; base URL `srv.anthropic_base_url`;
+also `stream: true` -> its SSE events), GET /v1/models. Streams send `stream_chunk_chars`
+characters per chunk, `stream_chunk_delay` seconds apart (`pace_plain=True`: a reply that does
+not stream waits as long before it is sent).
 
 Responder: `(request_json) -> str | Fault`, called from the server's handler threads (possibly
 concurrently: guard shared state). The default echoes the last user message.
@@ -41,7 +43,9 @@ class Fault:
           'hang' (wait `seconds` before answering normally; use with a client timeout),
           'drop' (close the connection without any response),
           'empty' (a valid completion whose content is ""), 'null' (content null),
-          'no_choices' (choices: []), 'malformed' (200 with a body that is not JSON).
+          'no_choices' (choices: []), 'malformed' (200 with a body that is not JSON),
+          'cut' (a stream that stops after `chars` characters of text and closes the connection
+          without its final chunk; a request that does not stream is dropped).
     """
 
     kind: str
@@ -49,6 +53,7 @@ class Fault:
     retry_after: str | None = None
     seconds: float = 0.0
     body: str | None = None
+    chars: int = 0                  # for kind 'cut'
 
     @classmethod
     def status(cls, code: int, retry_after: str | float | None = None,
@@ -80,6 +85,10 @@ class Fault:
     def malformed(cls) -> Fault:
         return cls("malformed")
 
+    @classmethod
+    def cut(cls, chars: int = 10) -> Fault:
+        return cls("cut", chars=chars)
+
 
 def _text_of(content: Any) -> str:
     if isinstance(content, str):
@@ -108,7 +117,7 @@ class OpenAITestServer:
     def __init__(self, responder: Callable[[dict[str, Any]], Any] | None = None, *,
                  latency: float = 0.0, model: str | None = None, cached_tokens: int = 0,
                  stream_chunk_chars: int = 8, stream_chunk_delay: float = 0.0,
-                 reported_cost: float | None = None) -> None:
+                 pace_plain: bool = False, reported_cost: float | None = None) -> None:
         self.responder = responder or echo_responder
         self.latency = latency
         self.model = model              # None: echo the requested model name
@@ -116,6 +125,7 @@ class OpenAITestServer:
         self.reported_cost = reported_cost    # USD in usage.cost of each reply, as OpenRouter
         self.stream_chunk_chars = stream_chunk_chars
         self.stream_chunk_delay = stream_chunk_delay
+        self.pace_plain = pace_plain    # a reply that does not stream takes as long as one that does
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._faults: list[Fault] = []
@@ -283,6 +293,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
+        self._streaming = bool(body.get("stream"))
         fault = self.srv._record(body, headers)
         if self.srv._wait(self.srv.latency):
             return self._drop()
@@ -305,7 +316,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None:
             if self._apply_fault(fault, api):
                 return
-            if fault.kind == "hang" and not text:  # after hanging, answer normally
+            if fault.kind in ("hang", "cut") and not text:  # answer (a cut: in part)
                 out = self.srv.responder(body)
                 text = "" if isinstance(out, Fault) else str(out)
             elif fault.kind == "empty":
@@ -314,11 +325,18 @@ class _Handler(BaseHTTPRequestHandler):
             content: str | None = None
         else:
             content = text
-        if api == "anthropic":
+        cut = fault.chars if fault is not None and fault.kind == "cut" else None
+        if api == "anthropic" and body.get("stream"):
+            self._anthropic_stream(body, content or "", cut)
+        elif api == "anthropic":
             self._anthropic_reply(body, content, fault)
         elif body.get("stream"):
-            self._stream_reply(body, content or "")
+            self._stream_reply(body, content or "", cut)
         else:
+            if self.srv.pace_plain and content:   # the model writes at the same rate
+                chunks = -(-len(content) // max(1, self.srv.stream_chunk_chars))
+                if self.srv._wait(chunks * self.srv.stream_chunk_delay):
+                    return self._drop()
             self._openai_reply(body, content, fault)
 
     def _apply_fault(self, fault: Fault, api: str) -> bool:
@@ -337,7 +355,7 @@ class _Handler(BaseHTTPRequestHandler):
                 err = {"error": {"message": msg, "type": "injected", "code": fault.code}}
             self._send_json(fault.code, err, headers)
             return True
-        if fault.kind == "drop":
+        if fault.kind == "drop" or (fault.kind == "cut" and not self._streaming):
             self._drop()
             return True
         if fault.kind == "malformed":
@@ -373,16 +391,31 @@ class _Handler(BaseHTTPRequestHandler):
                               "object": "chat.completion", "created": int(time.time()),
                               "model": model, "choices": choices, "usage": usage})
 
-    def _stream_reply(self, body: dict[str, Any], text: str) -> None:
-        model = self.srv.model or body.get("model", "test-model")
-        cid = "chatcmpl-" + uuid.uuid4().hex[:12]
-        created = int(time.time())
+    def _start_sse(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")  # body ends when the connection closes
         self.end_headers()
         self.close_connection = True
+
+    def _pieces(self, text: str, cut: int | None) -> Any:
+        """The text in chunks, paced; stops early at a cut (the caller then closes). Chunk k
+        leaves k+1 delays after the start, whatever each wait overslept: a fixed rate."""
+        n = max(1, self.srv.stream_chunk_chars)
+        end = len(text) if cut is None else min(cut, len(text))
+        t0 = time.monotonic()
+        for k, i in enumerate(range(0, end, n)):
+            due = t0 + (k + 1) * self.srv.stream_chunk_delay
+            if self.srv._wait(due - time.monotonic()):
+                return
+            yield text[i:min(i + n, end)]
+
+    def _stream_reply(self, body: dict[str, Any], text: str, cut: int | None = None) -> None:
+        model = self.srv.model or body.get("model", "test-model")
+        cid = "chatcmpl-" + uuid.uuid4().hex[:12]
+        created = int(time.time())
+        self._start_sse()
 
         def chunk(delta: dict[str, Any], finish: str | None = None, usage: Any = None,
                   choices: bool = True) -> None:
@@ -397,16 +430,20 @@ class _Handler(BaseHTTPRequestHandler):
 
         try:
             chunk({"role": "assistant", "content": ""})
-            n = max(1, self.srv.stream_chunk_chars)
-            for i in range(0, len(text), n):
-                if self.srv._wait(self.srv.stream_chunk_delay):
-                    return
-                chunk({"content": text[i:i + n]})
+            for piece in self._pieces(text, cut):
+                chunk({"content": piece})
+            if cut is not None or self.srv._stopping.is_set():
+                return
             chunk({}, finish="stop")
             if (body.get("stream_options") or {}).get("include_usage"):
                 pt, ct = self._usage(body, text)
-                chunk({}, usage={"prompt_tokens": pt, "completion_tokens": ct,
-                                 "total_tokens": pt + ct}, choices=False)
+                usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct}
+                if self.srv.cached_tokens:
+                    usage["prompt_tokens_details"] = {
+                        "cached_tokens": min(self.srv.cached_tokens, pt)}
+                if self.srv.reported_cost is not None:
+                    usage["cost"] = self.srv.reported_cost
+                chunk({}, usage=usage, choices=False)
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
@@ -424,3 +461,37 @@ class _Handler(BaseHTTPRequestHandler):
             "model": model, "content": blocks, "stop_reason": "end_turn", "stop_sequence": None,
             "usage": {"input_tokens": pt - cached, "output_tokens": ct,
                       "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}})
+
+    def _anthropic_stream(self, body: dict[str, Any], text: str, cut: int | None) -> None:
+        """The Messages API's SSE events: message_start (input usage), text deltas,
+        message_delta (stop reason, output tokens), message_stop."""
+        model = self.srv.model or body.get("model", "test-model")
+        pt, ct = self._usage(body, text)
+        cached = min(self.srv.cached_tokens, pt)
+        self._start_sse()
+
+        def event(name: str, data: dict[str, Any]) -> None:
+            self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            self.wfile.flush()
+
+        try:
+            event("message_start", {"type": "message_start", "message": {
+                "id": "msg_" + uuid.uuid4().hex[:12], "type": "message", "role": "assistant",
+                "model": model, "content": [], "stop_reason": None, "stop_sequence": None,
+                "usage": {"input_tokens": pt - cached, "output_tokens": 1,
+                          "cache_read_input_tokens": cached,
+                          "cache_creation_input_tokens": 0}}})
+            event("content_block_start", {"type": "content_block_start", "index": 0,
+                                          "content_block": {"type": "text", "text": ""}})
+            for piece in self._pieces(text, cut):
+                event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                               "delta": {"type": "text_delta", "text": piece}})
+            if cut is not None or self.srv._stopping.is_set():
+                return
+            event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            event("message_delta", {"type": "message_delta",
+                                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                    "usage": {"output_tokens": ct}})
+            event("message_stop", {"type": "message_stop"})
+        except (BrokenPipeError, ConnectionResetError):
+            pass

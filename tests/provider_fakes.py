@@ -102,7 +102,7 @@ class _Fault:
     empty: bool = False
 
 
-_GEMINI = re.compile(r"^/v1(?:beta|alpha)?/models/([^/:]+):generateContent$")
+_GEMINI = re.compile(r"^/v1(?:beta|alpha)?/models/([^/:]+):(generateContent|streamGenerateContent)$")
 _AZURE = re.compile(r"^/openai/deployments/([^/]+)/chat/completions$")
 _BEDROCK = re.compile(r"^/model/([^/]+)/invoke$")
 
@@ -197,7 +197,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         empty = fault is not None and fault.empty
         if m := _GEMINI.match(parts.path):
-            self._gemini(m.group(1), body, empty)
+            self._gemini(m.group(1), body, empty, stream=m.group(2) == "streamGenerateContent")
         elif m := _AZURE.match(parts.path):
             self._azure(m.group(1), entry, empty)
         elif m := _BEDROCK.match(parts.path):
@@ -211,7 +211,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _reply(self, last_user: str, empty: bool) -> str:
         return "" if empty else self.srv.responder(last_user)
 
-    def _gemini(self, model: str, body: dict[str, Any], empty: bool) -> None:
+    def _gemini(self, model: str, body: dict[str, Any], empty: bool,
+                stream: bool = False) -> None:
         contents = body.get("contents", [])
         users = [c for c in contents if c.get("role", "user") == "user"]
         last = _text(users[-1].get("parts")) if users else ""
@@ -219,15 +220,43 @@ class _Handler(BaseHTTPRequestHandler):
         prompt = count_tokens(system + "".join(_text(c.get("parts")) for c in contents))
         text = self._reply(last, empty)
         parts = [{"text": "thinking...", "thought": True}, {"text": text}] if text else []
+        usage = {"promptTokenCount": prompt, "candidatesTokenCount": count_tokens(text),
+                 "thoughtsTokenCount": 2,
+                 "cachedContentTokenCount": min(self.srv.cached_tokens, prompt),
+                 "totalTokenCount": prompt + count_tokens(text) + 2}
+        if stream:
+            self._gemini_stream(model, text, usage)
+            return
         self._send(200, {
             "candidates": [{"content": {"role": "model", "parts": parts},
                             "finishReason": "STOP", "index": 0}],
-            "usageMetadata": {"promptTokenCount": prompt,
-                              "candidatesTokenCount": count_tokens(text),
-                              "thoughtsTokenCount": 2,
-                              "cachedContentTokenCount": min(self.srv.cached_tokens, prompt),
-                              "totalTokenCount": prompt + count_tokens(text) + 2},
+            "usageMetadata": usage,
             "modelVersion": model, "responseId": uuid.uuid4().hex[:12]})
+
+    def _gemini_stream(self, model: str, text: str, usage: dict[str, Any]) -> None:
+        """`?alt=sse`: a thought, then the text 5 characters a chunk; the last chunk has the
+        finishReason and the whole call's usageMetadata."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        rid = uuid.uuid4().hex[:12]
+
+        def send(parts: list[dict[str, Any]], last: bool = False) -> None:
+            cand: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+            obj: dict[str, Any] = {"candidates": [cand], "modelVersion": model,
+                                   "responseId": rid}
+            if last:
+                cand["finishReason"] = "STOP"
+                obj["usageMetadata"] = usage
+            self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\r\n\r\n")
+
+        send([{"text": "thinking...", "thought": True}])
+        pieces = [text[i:i + 5] for i in range(0, len(text), 5)] or [""]
+        for i, piece in enumerate(pieces):
+            send([{"text": piece}], last=i == len(pieces) - 1)
+        self.wfile.flush()
 
     def _azure(self, deployment: str, entry: dict[str, Any], empty: bool) -> None:
         if not entry["query"].get("api-version"):
@@ -241,6 +270,12 @@ class _Handler(BaseHTTPRequestHandler):
         text = self._reply(_text(users[-1].get("content")) if users else "", empty)
         pt = count_tokens("".join(_text(m.get("content")) for m in msgs))
         ct = count_tokens(text)
+        usage = {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
+                 "prompt_tokens_details": {"cached_tokens": min(self.srv.cached_tokens, pt)}}
+        if entry["body"].get("stream"):
+            self._azure_stream(text, usage, bool((entry["body"].get("stream_options") or {})
+                                                 .get("include_usage")))
+            return
         self._send(200, {
             "id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion",
             "created": 0, "model": self.srv.azure_model,
@@ -249,6 +284,33 @@ class _Handler(BaseHTTPRequestHandler):
             "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct,
                       "prompt_tokens_details": {
                           "cached_tokens": min(self.srv.cached_tokens, pt)}}})
+
+    def _azure_stream(self, text: str, usage: dict[str, Any], include_usage: bool) -> None:
+        """Azure's SSE: a first chunk with no choices (the prompt's content-filter results),
+        then OpenAI's chunks, 5 characters each."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        base = {"id": "chatcmpl-" + uuid.uuid4().hex[:12], "object": "chat.completion.chunk",
+                "created": 0, "model": self.srv.azure_model}
+
+        def send(obj: dict[str, Any]) -> None:
+            self.wfile.write(b"data: " + json.dumps({**base, **obj}).encode() + b"\n\n")
+
+        send({"model": "", "choices": [], "prompt_filter_results": [
+            {"prompt_index": 0, "content_filter_results": {}}]})
+        send({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                           "finish_reason": None}]})
+        for i in range(0, len(text), 5):
+            send({"choices": [{"index": 0, "delta": {"content": text[i:i + 5]},
+                               "finish_reason": None}]})
+        send({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        if include_usage:
+            send({"choices": [], "usage": usage})
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
 
     def _bedrock(self, model_id: str, entry: dict[str, Any], empty: bool) -> None:
         auth = entry["headers"].get("authorization", "")

@@ -10,9 +10,10 @@ import pytest
 
 from recursa.bench import get_task
 from recursa.envs import ENVS, VARIANTS, get_env, run_rollout, run_rollouts, strip_tips
-from recursa.envs.research import BM25, make_corpus_tools, tokenize
+from recursa.envs.research import make_corpus_tools
 from recursa.envs.rollout import reward_of
 from recursa.models import ReplayClient
+from recursa.retrieval import BM25Index
 from recursa.trace import load, load_events
 
 
@@ -49,9 +50,8 @@ def test_bm25_and_corpus_tools() -> None:
     docs = {"d1": "Title: Whales\n\nThe blue whale is the largest animal.",
             "d2": "Title: Ships\n\nA ship sails on the sea; whales swim near ships.",
             "d3": "Title: Cats\n\nCats sleep a lot."}
-    assert tokenize("The Blue whale!") == ["blue", "whale"]
-    ranked = BM25(docs).scores("blue whale")
-    assert ranked[0][0] == "d1" and all(d != "d3" for d, _ in ranked)
+    ranked = BM25Index(list(docs.values())).search("blue whale")
+    assert ranked[0]["id"] == 0 and all(h["id"] != 2 for h in ranked)
     search, open_page = make_corpus_tools(docs, page_chars=20)
     hits = search("largest animal", k=2)
     assert hits.splitlines()[0].startswith("d1 | Whales | score")

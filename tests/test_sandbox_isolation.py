@@ -324,7 +324,7 @@ async def main():
     sb = LocalSandbox(isolation=sys.argv[2])
     p = ContextPayload(path=sys.argv[1], kind="text", sha256="-", size_bytes=1)
     await sb.start(p, handler)
-    print(sb.session._transport.pid, flush=True)
+    print(" ".join(map(str, sb.processes())), flush=True)
     await sb.run("while True:\\n    pass", timeout=600, max_output_chars=100)
 
 asyncio.run(main())
@@ -340,8 +340,9 @@ async def test_worker_dies_when_host_is_killed(mode, tmp_path):
         sys.executable, str(script), ctx.path, mode, stdout=asyncio.subprocess.PIPE)
     try:
         line = await asyncio.wait_for(host.stdout.readline(), 20)
-        child = int(line)
-        tree = [child, *descendants(child)]
+        tree = [int(p) for p in line.split()]
+        assert tree, "the worker's processes were not found"
+        tree += [d for p in tree for d in descendants(p)]
         await asyncio.sleep(0.3)  # the busy cell is running now
     finally:
         host.kill()

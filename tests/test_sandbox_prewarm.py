@@ -35,6 +35,13 @@ needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap not usable h
 ROOT = os.geteuid() == 0
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
+@pytest.fixture(autouse=True)
+def _spares_not_zygote(monkeypatch):
+    # These tests are about the pool of spares, which serves the configurations the zygote
+    # does not (no uid of its own); tests/test_sandbox_zygote.py covers the zygote.
+    monkeypatch.setenv("RECURSA_ZYGOTE", "0")
+
+
 PROBE = textwrap.dedent("""
     import os, sys, resource
     lims = {n: resource.getrlimit(getattr(resource, n)) for n in
@@ -399,6 +406,14 @@ def _worker_tree() -> set[int]:
             continue
         if (b"worker.py" in cmd or b"bwrap" in cmd) and not _zombie(pid):
             out.add(pid)
+    # A zygote other tests started lives as long as this process, by design: not a leak.
+    for pid in list(out):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"zygote.py" in f.read():
+                    out -= {pid, *descendants(pid)}
+        except OSError:
+            out.discard(pid)
     return out
 
 

@@ -42,7 +42,9 @@ def owned_by(d: Path, pid: int) -> list[str]:
 
 def env_with_tmp(d: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "RECURSA_PREWARM"}
-    env.update(TMPDIR=str(d), PYTHONPATH=SRC)
+    # the layout of spares (recursa-ws-*, -wctx-*); a zygote's runs are covered in
+    # test_sandbox_zygote.py
+    env.update(TMPDIR=str(d), PYTHONPATH=SRC, RECURSA_ZYGOTE="0")
     return env
 
 

@@ -7,11 +7,14 @@ import threading
 import time
 from typing import Any, TextIO
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from recursa.streaming import StreamedText
 from recursa.types import Event
+
+WRITING_LINES = 8       # lines of the reply being written that the live view shows
 
 
 def _money(v: float | None) -> str:
@@ -19,7 +22,8 @@ def _money(v: float | None) -> str:
 
 
 class ConsoleView:
-    """A TraceSink that shows the current turn, sub-calls in flight and done, tokens and spend."""
+    """A TraceSink that shows the current turn, sub-calls in flight and done, tokens and spend,
+    and (on a terminal) the last lines of the root's reply while the model writes it."""
 
     def __init__(self, console: Console | None = None, *, budget: dict[str, Any] | None = None,
                  live: bool = True):
@@ -36,10 +40,16 @@ class ConsoleView:
         self.children = 0
         self.t0 = time.monotonic()
         self.last_answer: dict[str, Any] | None = None
+        self.writing = StreamedText()       # the root's reply so far, from delta events
         self._live = Live(self._render(), console=self.console, refresh_per_second=8,
                           transient=True) if live and self.console.is_terminal else None
         if self._live:
             self._live.start()
+
+    @property
+    def wants_deltas(self) -> bool:
+        """Only a live display can show a reply as it is written."""
+        return self._live is not None
 
     def _add_usage(self, data: dict[str, Any]) -> None:
         u = data.get("usage") or {}
@@ -53,7 +63,13 @@ class ConsoleView:
             line: str | None = None
             if ev.kind == "turn" and ev.phase == "start" and ev.depth == 0:
                 self.turn = d.get("turn", self.turn)
+                self.writing.clear()
+            elif ev.kind == "turn" and ev.phase == "delta":
+                if ev.depth == 0:
+                    self.writing.add(str(d.get("text", "")), int(d.get("offset", 0)))
             elif ev.kind == "turn" and ev.phase == "end":
+                if ev.depth == 0:
+                    self.writing.clear()
                 self._add_usage(d)
                 if ev.depth == 0:
                     u = d.get("usage") or {}
@@ -79,7 +95,20 @@ class ConsoleView:
             if self._live:
                 self._live.update(self._render())
 
-    def _render(self) -> Text:
+    def _render(self) -> Text | Group:
+        status = self._status()
+        tail = self.writing.tail(WRITING_LINES, max(20, self.console.width - 4))
+        if not tail:
+            return status
+        return Group(status, Text(tail, style="dim"))
+
+    def render_plain(self) -> str:
+        """What the live region shows now, as plain text."""
+        with self.console.capture() as cap:
+            self.console.print(self._render())
+        return cap.get()
+
+    def _status(self) -> Text:
         lim = self.budget
 
         def of(name: str, fmt: str = "{:,}") -> str:
@@ -96,7 +125,7 @@ class ConsoleView:
             style="cyan")
 
     def summary(self) -> str:
-        return self._render().plain
+        return self._status().plain
 
     def close(self) -> None:
         if self._live:
@@ -105,7 +134,10 @@ class ConsoleView:
 
 
 class JsonLinesView:
-    """Prints every event as one JSON line (for scripts)."""
+    """Prints every event as one JSON line (for scripts), `delta` events included: the root's
+    reply as it is written (`data.text` placed at `data.offset`; offset 0 again restarts it)."""
+
+    wants_deltas = True
 
     def __init__(self, stream: TextIO | None = None):
         from recursa.trace import Redactor

@@ -13,7 +13,7 @@ import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recursa import images as img
 from recursa.budget import Ledger
@@ -28,6 +28,9 @@ from recursa.types import (
     ModelError,
     RecursaError,
 )
+
+if TYPE_CHECKING:
+    from recursa.models.streaming import OnDelta
 
 DEFAULT_OUTPUT_RESERVE = 2048   # tokens reserved for a call that sets no max_tokens
 TRACE_PROMPT_CHARS = 20_000     # a sub-call prompt is traced up to this size (+ its size and hash)
@@ -129,8 +132,9 @@ class Dispatcher:
     # ------------------------------------------------------------ model calls
     async def call_model(self, client: ModelClient, messages: list[Message], *, role: str,
                          subcall: bool, options: dict[str, Any] | None = None,
-                         force: bool = False) -> Completion:
-        """Reserve, call under the concurrency limit, settle. Raises ModelError/BudgetExceeded."""
+                         force: bool = False, on_delta: OnDelta | None = None) -> Completion:
+        """Reserve, call under the concurrency limit, settle. Raises ModelError/BudgetExceeded.
+        With `on_delta`, a client that can stream sends the reply's text there as it comes."""
         options = dict(options or {})
         est_in = sum(img.content_tokens(m.get("content", ""), text_tokens) for m in messages) \
             + 4 * len(messages)
@@ -152,7 +156,10 @@ class Dispatcher:
                 self.inflight += 1
                 self.peak_inflight = max(self.peak_inflight, self.inflight)
                 try:
-                    comp = await client.complete(messages, **options)
+                    # streams when asked and the client can (models/streaming.py)
+                    stream = getattr(client, "astream", None) if on_delta else None
+                    comp = await (stream(messages, on_delta, **options) if stream
+                                  else client.complete(messages, **options))
                 except ModelError as e:
                     # the client's timeout fired at the run's wall-time limit: a limit, not a
                     # model failure

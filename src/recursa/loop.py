@@ -35,6 +35,7 @@ from recursa.parse import (
     normalize_code,
 )
 from recursa.recorder import RunRecorder, TurnSpan, result_from, tree_totals
+from recursa.streaming import turn_deltas
 from recursa.tempdirs import owned_tempdir
 from recursa.trace import Tracer
 from recursa.types import (
@@ -215,11 +216,17 @@ class _Run:
         """The turn's model call (after compacting the history if it must); None when a limit
         or a model error ends the turns."""
         env = self.env
+        deltas = turn_deltas(env.tracer, turn.id, turn.run.id, self.depth)
         try:
             await fit(env, self.st, self.messages, 0, turn, self._push_history)
-            return await env.dispatcher.call_model(env.root_client, self.messages,
-                                                   role=self.role, subcall=False,
-                                                   options=env.root_options)
+            try:
+                return await env.dispatcher.call_model(env.root_client, self.messages,
+                                                       role=self.role, subcall=False,
+                                                       options=env.root_options,
+                                                       on_delta=deltas)
+            finally:   # what is pending goes out before the turn's update or end
+                if deltas is not None:
+                    deltas.flush()
         except BudgetExceeded as e:
             self.st.limit = e.limit
             turn.fail(str(e))
@@ -359,18 +366,23 @@ class _Run:
         options = dict(env.root_options)
         if seconds is not None:
             options["timeout"] = min(seconds, options.get("timeout") or seconds)
+        deltas = turn_deltas(env.tracer, turn.id, turn.run.id, self.depth)
         try:
             async with asyncio.timeout(seconds):
                 comp = await env.dispatcher.call_model(env.root_client, call, role=self.role,
                                                        subcall=False, options=options,
-                                                       force=force)
+                                                       force=force, on_delta=deltas)
         except (ModelError, BudgetExceeded, TimeoutError) as e:
+            if deltas is not None:
+                deltas.flush()
             why = str(e) if not isinstance(e, TimeoutError) else \
                 f"no reply within the last-answer turn's {seconds:g} s"
             turn.fail(why)
             if st.error is None and st.limit is None:
                 st.error = e if not isinstance(e, TimeoutError) else why
             return
+        if deltas is not None:
+            deltas.flush()
         turn.end(comp, last=True)
         if draft and comp.text.strip("`'\". ").upper() == KEEP:
             return

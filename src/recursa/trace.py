@@ -85,6 +85,8 @@ class JsonlSink:
         self._headed: set[str] = set()
 
     def emit(self, event: Event) -> None:
+        if event.phase == "delta":   # live views only: the turn's end event has the whole text
+            return
         line = self._redact(event.model_dump_json(exclude_defaults=False))
         with self._lock:
             if self._f.closed:
@@ -102,7 +104,10 @@ class JsonlSink:
 
 
 class CallbackSink:
-    """Hands every event to a user callback; a failing callback never fails the run."""
+    """Hands every event to a user callback; a failing callback never fails the run. It gets
+    `delta` events too (the root's reply as it is written)."""
+
+    wants_deltas = True
 
     def __init__(self, fn: Callable[[Event], Any]):
         self.fn = fn
@@ -133,6 +138,20 @@ class Tracer:
         for s in self.sinks:
             s.emit(ev)
         return ev.id
+
+    @property
+    def wants_deltas(self) -> bool:
+        """Some sink shows replies as they are written (then root turns stream)."""
+        return any(getattr(s, "wants_deltas", False) for s in self.sinks)
+
+    def emit_delta(self, kind: str, *, id: str, parent: str | None = None, depth: int = 0,
+                   **data: Any) -> None:
+        """A `delta` event, to the sinks that want one only."""
+        ev = Event(kind=kind, id=id, parent=parent, run_id=self.run_id, phase="delta",
+                   t=time.time(), depth=depth, data=data)
+        for s in self.sinks:
+            if getattr(s, "wants_deltas", False):
+                s.emit(ev)
 
     def close(self) -> None:
         for s in self.sinks:

@@ -156,15 +156,17 @@ EventKind = Literal["run", "turn", "cell", "subcall", "child", "final", "error",
 
 
 class Event(BaseModel):
-    """One thing worth seeing. `phase` is 'start' or 'end' for spans, 'point' for instants, and
+    """One thing worth seeing. `phase` is 'start' or 'end' for spans, 'point' for instants,
     'update' for data added to a span that is still open (e.g. a turn's usage, written as soon as
-    the model answered, so a host killed while the turn's cells run still leaves its spend)."""
+    the model answered, so a host killed while the turn's cells run still leaves its spend), and
+    'delta' for a piece of a turn's reply as the model writes it (live sinks only, never a trace
+    file: see recursa.streaming)."""
 
     kind: EventKind
     id: str
     parent: str | None = None
     run_id: str = ""
-    phase: Literal["start", "end", "point", "update"] = "point"
+    phase: Literal["start", "end", "point", "update", "delta"] = "point"
     t: float = 0.0                      # unix time
     depth: int = 0
     data: dict[str, Any] = Field(default_factory=dict)

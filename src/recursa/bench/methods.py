@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, field_validator
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher
 from recursa.recorder import RunRecorder, result_from, tree_totals
+from recursa.retrieval import BM25Index
 from recursa.trace import JsonlSink, Tracer, new_id
 from recursa.types import (
     AnswerSource,
@@ -379,27 +380,6 @@ def search(query, k=5):
 
 NOTE_CONTEXT = ("The input is not loaded in this REPL. Use search(query, k) to retrieve "
                 "passages of it ({n} passages, about {tokens:,} tokens in all).")
-
-
-class BM25Index:
-    """BM25 (bm25s) over passages of the input, held on the host."""
-
-    def __init__(self, passages: list[str]):
-        import bm25s
-        self.passages = passages
-        self.retriever = bm25s.BM25()
-        self.retriever.index(bm25s.tokenize(passages, stopwords="en", show_progress=False),
-                             show_progress=False)
-
-    def search(self, query: str, k: int = 5) -> list[dict[str, Any]]:
-        import bm25s
-        k = max(1, min(int(k), 50, len(self.passages)))
-        tokens = bm25s.tokenize([query], stopwords="en", show_progress=False)
-        if not tokens.vocab:      # only stopwords / no word characters: nothing to match
-            return []
-        ids, scores = self.retriever.retrieve(tokens, k=k, show_progress=False)
-        return [{"id": int(i), "score": round(float(s), 3), "text": self.passages[int(i)]}
-                for i, s in zip(ids[0], scores[0], strict=True) if float(s) > 0]
 
 
 class SearchSandbox:

@@ -1,4 +1,4 @@
-"""DeepDive-style research over a local corpus: BM25 `search` and `open_page` tools.
+"""DeepDive-style research over a local corpus: BM25 (bm25s) `search` and `open_page` tools.
 
 The corpus and question come from the BrowseComp-Plus-style generator of the evaluation suite
 (a multi-hop chain spread over a few documents among hard negatives). The tools are built per
@@ -7,56 +7,17 @@ instance, closing over its documents, so concurrent rollouts never share a corpu
 
 from __future__ import annotations
 
-import math
-import re
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-_WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset("a an and are as at be by for from has in is it its of on or that the this "
-                  "to was were which who with what where when how".split())
-
-
-def tokenize(text: str) -> list[str]:
-    return [w for w in _WORD.findall(text.lower()) if w not in _STOP]
-
-
-class BM25:
-    """Okapi BM25 over a dict of documents (k1=1.5, b=0.75), built once per corpus."""
-
-    def __init__(self, docs: dict[str, str], k1: float = 1.5, b: float = 0.75):
-        self.ids = list(docs)
-        self.k1, self.b = k1, b
-        self.tf = [Counter(tokenize(docs[i])) for i in self.ids]
-        self.len = [sum(c.values()) for c in self.tf]
-        self.avg = sum(self.len) / max(1, len(self.len))
-        df: Counter[str] = Counter()
-        for c in self.tf:
-            df.update(c.keys())
-        n = len(self.ids)
-        self.idf = {w: math.log(1 + (n - f + 0.5) / (f + 0.5)) for w, f in df.items()}
-
-    def scores(self, query: str) -> list[tuple[str, float]]:
-        terms = tokenize(query)
-        out = []
-        for i, tf in enumerate(self.tf):
-            s = 0.0
-            norm = self.k1 * (1 - self.b + self.b * self.len[i] / (self.avg or 1))
-            for w in terms:
-                f = tf.get(w)
-                if f:
-                    s += self.idf.get(w, 0.0) * f * (self.k1 + 1) / (f + norm)
-            if s > 0:
-                out.append((self.ids[i], s))
-        out.sort(key=lambda x: -x[1])
-        return out
+from recursa.retrieval import BM25Index
 
 
 def make_corpus_tools(docs: dict[str, str], page_chars: int = 1500
                       ) -> list[Callable[..., Any]]:
     """search / open_page over `docs` (id -> text whose first line is 'Title: ...')."""
-    index = BM25(docs)
+    ids = list(docs)
+    index = BM25Index([docs[i] for i in ids])
 
     def title_of(doc_id: str) -> str:
         first = docs[doc_id].split("\n", 1)[0]
@@ -70,11 +31,12 @@ def make_corpus_tools(docs: dict[str, str], page_chars: int = 1500
             k: how many results to return (at most 10).
         """
         k = max(1, min(10, int(k)))
-        hits = index.scores(query)[:k]
+        hits = index.search(query, k)
         if not hits:
             return "No results."
         lines = []
-        for doc_id, score in hits:
+        for hit in hits:
+            doc_id, score = ids[hit["id"]], hit["score"]
             body = docs[doc_id].split("\n", 1)[-1].strip()
             lines.append(f"{doc_id} | {title_of(doc_id)} | score {score:.2f} | {body[:160]}")
         return "\n".join(lines)

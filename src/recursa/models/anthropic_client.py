@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import os
@@ -12,9 +13,10 @@ from typing import Any
 import anthropic
 
 from ..images import anthropic_content, has_images
-from ..types import Completion, Message, Usage
+from ..types import Completion, Message, ModelError, Usage
 from .pricing import cost_usd
 from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
+from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
 
@@ -106,8 +108,9 @@ class AnthropicClient:
                  retry_max_delay: float = 30.0, timeout: float = 600.0,
                  default_max_tokens: int = 8192, prices: Mapping[str, Any] | None = None,
                  default_options: dict[str, Any] | None = None, http_client: Any = None,
-                 prompt_cache: bool = True) -> None:
+                 prompt_cache: bool = True, stream: bool = True) -> None:
         self.model = model
+        self.stream = stream          # False: astream never streams (a proxy that buffers SSE)
         self.price_model = model      # the name prices are looked up by (Bedrock ids differ)
         self.prompt_cache = prompt_cache
         self.cache_write_tokens = 0
@@ -191,6 +194,46 @@ class AnthropicClient:
             return resp, text
 
         resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
+        return self._completion(resp, text, t0)
+
+    async def astream(self, messages: list[Message], on_delta: OnDelta,
+                      **options: Any) -> Completion:
+        """`complete`, streamed through the SDK's `messages.stream` helper: text goes to
+        `on_delta(piece, offset)` as it arrives; the final message (usage, stop reason) is the
+        one `complete` would get, so usage and cost are the same."""
+        if not self.stream:
+            return await self.complete(messages, **options)
+        kw = self._request(messages, options)
+        total = float(kw["timeout"])   # the SDK's timeout bounds each read, not the stream
+        t0 = time.perf_counter()
+
+        async def attempt() -> tuple[Any, str]:
+            pieces = Pieces(on_delta)
+            try:
+                async with asyncio.timeout(total), self._client.messages.stream(**kw) as stream:
+                    async for piece in stream.text_stream:
+                        pieces.add(piece)
+                    resp = await stream.get_final_message()
+            except TimeoutError as e:
+                raise ModelError(f"{self._where}: request timed out", retryable=True) from e
+            except Exception as e:
+                err = model_error_from_sdk(e, anthropic, where=self._where)
+                if pieces.chars and err.retryable:
+                    raise StreamCut(self._where, pieces.chars, str(err)) from e
+                raise err from e
+            if resp.stop_reason is None:   # no message_delta: the stream ended early
+                raise StreamCut(self._where, pieces.chars, "it ended with no stop_reason")
+            text = "".join(getattr(b, "text", "") for b in (resp.content or [])
+                           if getattr(b, "type", None) == "text")
+            if not text.strip():
+                raise EmptyResponseError(
+                    f"{self._where} returned no text (stop_reason={resp.stop_reason})")
+            return resp, text
+
+        resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
+        return self._completion(resp, text, t0)
+
+    def _completion(self, resp: Any, text: str, t0: float) -> Completion:
         u = resp.usage
         read = u.cache_read_input_tokens or 0
         write = u.cache_creation_input_tokens or 0

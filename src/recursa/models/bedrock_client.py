@@ -81,6 +81,9 @@ class BedrockClient(AnthropicClient):
         if http_client is None:   # share one TLS context: see tls.py
             from .tls import shared_ssl_context
             http_client = anthropic.DefaultAsyncHttpxClient(verify=shared_ssl_context())
+        # Bedrock streams in AWS's binary event-stream framing, which no test here speaks:
+        # off unless asked for (stream=True), so live views show each turn when it ends.
+        opts.setdefault("stream", False)
         super().__init__(model, base_url=base_url or f"https://bedrock-runtime.{region}"
                          ".amazonaws.com", api_key="unused", name=name, timeout=timeout,
                          prices=prices, http_client=http_client, **opts)

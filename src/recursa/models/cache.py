@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ..types import Completion, Message, ModelClient, RecursaError, Usage
+from .streaming import OnDelta, complete_streaming
 
 log = logging.getLogger("recursa.models")
 
@@ -416,20 +417,33 @@ class CachedClient:
             return None
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
+        return await self._call(messages, None, options)
+
+    async def astream(self, messages: list[Message], on_delta: OnDelta,
+                      **options: Any) -> Completion:
+        """A hit replays the stored reply as one delta; a miss streams from the inner client
+        (or calls its `complete` when it cannot stream) and stores the reply as `complete`
+        would."""
+        return await self._call(messages, on_delta, options)
+
+    async def _call(self, messages: list[Message], on_delta: OnDelta | None,
+                    options: dict[str, Any]) -> Completion:
         t0 = time.perf_counter()
         key = self.key(messages, options)
         if key is None:
             self.skipped += 1
-            return await self.inner.complete(messages, **options)
+            return await complete_streaming(self.inner, messages, on_delta, **options)
         hit = self.store.get(key)
         if hit is not None:
             self.hits += 1
+            if on_delta is not None:
+                on_delta(hit["text"], 0)
             return Completion(text=hit["text"], usage=Usage(**hit.get("usage") or {}),
                               cost_usd=0.0, model=hit.get("model") or self.name,
                               latency_s=time.perf_counter() - t0, cached=True,
                               raw=hit.get("raw"))
         self.misses += 1
-        comp = await self.inner.complete(messages, **options)
+        comp = await complete_streaming(self.inner, messages, on_delta, **options)
         value = {"text": comp.text, "usage": comp.usage.model_dump(), "model": comp.model,
                  "cost_usd": comp.cost_usd, "latency_s": round(comp.latency_s, 4),
                  "raw": _raw_json(comp.raw)}

@@ -25,6 +25,7 @@ from .retry import (
     parse_retry_after,
     with_retries,
 )
+from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
 
@@ -75,8 +76,9 @@ class GeminiClient:
                  name: str | None = None, max_retries: int = 4, retry_base_delay: float = 0.5,
                  retry_max_delay: float = 30.0, timeout: float = 600.0,
                  prices: Mapping[str, Any] | None = None, api_version: str | None = None,
-                 default_options: dict[str, Any] | None = None) -> None:
+                 default_options: dict[str, Any] | None = None, stream: bool = True) -> None:
         self.model = model
+        self.stream = stream          # False: astream never streams
         self.name = name or f"gemini:{model}"
         try:
             from google import genai
@@ -174,7 +176,58 @@ class GeminiClient:
             return resp, text
 
         resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
-        u = resp.usage_metadata
+        return self._completion(resp, resp.usage_metadata, text, t0)
+
+    async def astream(self, messages: list[Message], on_delta: OnDelta,
+                      **options: Any) -> Completion:
+        """`complete`, streamed (`generate_content_stream`): text (not thoughts) goes to
+        `on_delta(piece, offset)` as it arrives; the last chunk's usage is the whole call's,
+        so usage and cost are `complete`'s."""
+        if not self.stream:
+            return await self.complete(messages, **options)
+        system, contents = gemini_contents(messages)
+        total = float(options.get("timeout") or self.timeout)   # the SDK's bounds each read
+        config = self._config(system, options)
+        t0 = time.perf_counter()
+
+        async def attempt() -> tuple[Any, Any, str]:
+            pieces = Pieces(on_delta)
+            last: Any = None
+            usage_meta: Any = None
+            finish = None
+            try:
+                async with asyncio.timeout(total):
+                    stream = await self._client.aio.models.generate_content_stream(
+                        model=self.model, contents=contents, config=config)
+                    async for chunk in stream:
+                        last = chunk
+                        usage_meta = chunk.usage_metadata or usage_meta
+                        cands = chunk.candidates or []
+                        parts = (cands[0].content.parts if cands and cands[0].content
+                                 else None) or []
+                        for p in parts:
+                            if p.text and not p.thought:
+                                pieces.add(p.text)
+                        if cands and cands[0].finish_reason:
+                            finish = cands[0].finish_reason
+            except TimeoutError as e:
+                raise ModelError(f"{self._where}: request timed out", retryable=True) from e
+            except Exception as e:
+                err = self._error(e)
+                if pieces.chars and err.retryable:
+                    raise StreamCut(self._where, pieces.chars, str(err)) from e
+                raise err from e
+            if finish is None:
+                raise StreamCut(self._where, pieces.chars, "it ended with no finishReason")
+            if not pieces.text.strip():
+                raise EmptyResponseError(f"{self._where} returned no text ({finish})")
+            return last, usage_meta, pieces.text
+
+        resp, usage_meta, text = await with_retries(attempt, self.policy, self.stats,
+                                                    what=self.name)
+        return self._completion(resp, usage_meta, text, t0)
+
+    def _completion(self, resp: Any, u: Any, text: str, t0: float) -> Completion:
         usage = Usage(
             input_tokens=(u.prompt_token_count or 0) if u else 0,
             output_tokens=((u.candidates_token_count or 0) + (u.thoughts_token_count or 0))

@@ -9,6 +9,7 @@ LiteLLM is imported on the first call, not with recursa: it is large and slow to
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -16,9 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..extras import MissingExtra
-from ..types import Completion, Message, Usage
+from ..types import Completion, Message, ModelError, Usage
 from .pricing import cost_usd
 from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
+from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
 
@@ -54,7 +56,7 @@ class LiteLLMClient:
                  name: str | None = None, max_retries: int = 4, retry_base_delay: float = 0.5,
                  retry_max_delay: float = 30.0, timeout: float = 600.0,
                  prices: Mapping[str, Any] | None = None,
-                 default_options: dict[str, Any] | None = None) -> None:
+                 default_options: dict[str, Any] | None = None, stream: bool = True) -> None:
         if "/" not in model:
             raise ValueError(f"litellm:{model}: LiteLLM models are named PROVIDER/MODEL "
                              f"(e.g. 'litellm:openai/{model}')")
@@ -63,6 +65,7 @@ class LiteLLMClient:
             raise ValueError(f"litellm:{model}: the LiteLLM client needs litellm: "
                              "pip install 'recursa[litellm]'")
         self.model = model
+        self.stream = stream          # False: astream never streams
         self.name = name or f"litellm:{model}"
         self.base_url = base_url
         self._api_key = api_key
@@ -120,6 +123,55 @@ class LiteLLMClient:
                 why = choices[0].finish_reason if choices else "no choices"
                 raise EmptyResponseError(f"{self._where} returned no text ({why})")
             return resp, str(content)
+
+        resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
+        usage, cost = self._usage_and_cost(resp)
+        return Completion(text=text, usage=usage, cost_usd=cost,
+                          model=getattr(resp, "model", None) or self.model,
+                          latency_s=time.perf_counter() - t0, raw=resp)
+
+    async def astream(self, messages: list[Message], on_delta: OnDelta,
+                      **options: Any) -> Completion:
+        """`complete`, streamed (`stream=True` with `include_usage`); LiteLLM's
+        `stream_chunk_builder` rebuilds the response, so usage and cost are `complete`'s.
+        A call with `tools=` does not stream."""
+        if options.get("tools") or not self.stream:
+            return await self.complete(messages, **options)
+        if self._litellm is None:
+            self._litellm = _import_litellm(self.name)
+        litellm = self._litellm
+        kw = self._request(messages, options)
+        kw["stream"] = True
+        kw["stream_options"] = {"include_usage": True}
+        total = float(kw["timeout"])
+        t0 = time.perf_counter()
+
+        async def attempt() -> tuple[Any, str]:
+            import openai
+            pieces = Pieces(on_delta)
+            chunks: list[Any] = []
+            finish = None
+            try:
+                async with asyncio.timeout(total):
+                    stream = await litellm.acompletion(**kw)
+                    async for chunk in stream:
+                        chunks.append(chunk)
+                        for choice in getattr(chunk, "choices", None) or ():
+                            if getattr(choice, "delta", None) is not None:
+                                pieces.add(choice.delta.content)
+                            finish = getattr(choice, "finish_reason", None) or finish
+            except TimeoutError as e:
+                raise ModelError(f"{self._where}: request timed out", retryable=True) from e
+            except Exception as e:
+                err = model_error_from_sdk(e, openai, where=self._where)
+                if pieces.chars and err.retryable:
+                    raise StreamCut(self._where, pieces.chars, str(err)) from e
+                raise err from e
+            if finish is None:
+                raise StreamCut(self._where, pieces.chars, "it ended with no finish_reason")
+            if not pieces.text.strip():
+                raise EmptyResponseError(f"{self._where} returned no text ({finish})")
+            return litellm.stream_chunk_builder(chunks, messages=messages), pieces.text
 
         resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
         usage, cost = self._usage_and_cost(resp)

@@ -13,6 +13,7 @@ constraining the reply), `json_schema`, `top_k`, `min_p`, `repeat_penalty`, `see
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
@@ -25,6 +26,7 @@ import httpx
 from ..images import has_images
 from ..types import Completion, Message, ModelError, Usage
 from . import llama_server
+from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
 
@@ -46,7 +48,7 @@ class LocalClient:
                  cache_dir: str | None = None, wheel_dir: str | None = None,
                  progress: Callable[[str], None] | None = None,
                  default_options: dict[str, Any] | None = None,
-                 server_args: tuple[str, ...] = ()) -> None:
+                 server_args: tuple[str, ...] = (), stream: bool = True) -> None:
         self.model = model
         self.name = name or f"local:{model}"
         looks_like_path = model.endswith(".gguf") or os.sep in model or model.startswith("~")
@@ -69,6 +71,7 @@ class LocalClient:
         self.progress = progress
         self.default_options = dict(default_options or {})
         self.server_args = tuple(server_args)
+        self.stream = stream          # False: astream never streams
         self._server: llama_server.LlamaServer | None = None
         self._http: httpx.AsyncClient | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
@@ -134,7 +137,8 @@ class LocalClient:
         """Only with a vision projector (server_args=("--mmproj", "file.gguf"))."""
         return any(a.startswith("--mmproj") or a == "-mm" for a in self.server_args)
 
-    async def complete(self, messages: list[Message], **options: Any) -> Completion:
+    def _body(self, messages: list[Message], options: dict[str, Any]
+              ) -> tuple[dict[str, Any], float | None]:
         if not self.supports_images and has_images(messages):
             raise ModelError(f"{self.name} is not a vision model: it cannot take images. Send "
                              "images to a model that can (e.g. llm_query(..., images=[...], "
@@ -154,13 +158,16 @@ class LocalClient:
                 body[key] = opts.pop(key)
         if opts:
             log.debug("%s: ignoring options %s", self.name, sorted(opts))
+        return body, None if timeout is None else float(timeout)
+
+    async def complete(self, messages: list[Message], **options: Any) -> Completion:
+        body, timeout = self._body(messages, options)
         srv = await asyncio.to_thread(self._ensure_server)
         t0 = time.perf_counter()
         try:
             r = await self._client().post(
                 srv.base_url + "/v1/chat/completions", json=body,
-                headers={"Authorization": f"Bearer {srv.token}"},
-                timeout=None if timeout is None else float(timeout))
+                headers={"Authorization": f"Bearer {srv.token}"}, timeout=timeout)
         except httpx.TimeoutException as e:
             raise ModelError(f"{self.name}: no reply within {timeout} s", retryable=True) from e
         except httpx.TransportError as e:
@@ -181,6 +188,62 @@ class LocalClient:
                       output_tokens=u.get("completion_tokens", 0))
         return Completion(text=text, usage=usage, cost_usd=0.0, model=self.name,
                           latency_s=time.perf_counter() - t0, raw=resp)
+
+    async def astream(self, messages: list[Message], on_delta: OnDelta,
+                      **options: Any) -> Completion:
+        """`complete`, streamed (llama.cpp's `stream: true` with `include_usage`): the text
+        goes to `on_delta(piece, offset)` token by token; usage as `complete` reports it.
+        No retries: a local server that fails mid-reply has usually died, which says so."""
+        if not self.stream:
+            return await self.complete(messages, **options)
+        body, timeout = self._body(messages, options)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        srv = await asyncio.to_thread(self._ensure_server)
+        t0 = time.perf_counter()
+        pieces = Pieces(on_delta)
+        usage: dict[str, Any] = {}
+        timings: dict[str, Any] = {}
+        finish: str | None = None
+        try:
+            async with asyncio.timeout(timeout), self._client().stream(
+                    "POST", srv.base_url + "/v1/chat/completions", json=body,
+                    headers={"Authorization": f"Bearer {srv.token}"}, timeout=None) as r:
+                if r.status_code != 200:
+                    await r.aread()
+                    raise self._http_error(r)
+                async for line in r.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    chunk = json.loads(data)
+                    if chunk.get("error"):
+                        raise ModelError(f"{self.name}: {chunk['error']}", retryable=False)
+                    usage = chunk.get("usage") or usage
+                    timings = chunk.get("timings") or timings
+                    for choice in chunk.get("choices") or ():
+                        pieces.add((choice.get("delta") or {}).get("content"))
+                        finish = choice.get("finish_reason") or finish
+        except TimeoutError as e:
+            raise ModelError(f"{self.name}: no reply within {timeout} s", retryable=True) from e
+        except (httpx.TransportError, json.JSONDecodeError) as e:
+            await asyncio.sleep(0.05)   # let a dying server's exit status land
+            raise self._died(srv) or StreamCut(self.name, pieces.chars,
+                                               f"{type(e).__name__}: {e}") from e
+        if finish is None:
+            raise self._died(srv) or StreamCut(self.name, pieces.chars, "no finish_reason")
+        text = pieces.text
+        if not text.strip():
+            raise ModelError(f"{self.name} returned no text (finish_reason={finish})",
+                             retryable=True)
+        return Completion(text=text, usage=Usage(input_tokens=usage.get("prompt_tokens", 0),
+                                                 output_tokens=usage.get("completion_tokens", 0)),
+                          cost_usd=0.0, model=self.name, latency_s=time.perf_counter() - t0,
+                          raw={"choices": [{"index": 0, "finish_reason": finish,
+                                            "message": {"role": "assistant", "content": text}}],
+                               "usage": usage, "timings": timings})
 
     def _http_error(self, r: httpx.Response) -> ModelError:
         try:

@@ -3,11 +3,13 @@ llama.cpp server... via the official `openai` SDK (async)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import time
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -15,6 +17,7 @@ import openai
 from ..types import Completion, Message, ModelError, Usage
 from .pricing import cost_usd, estimate_usd
 from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
+from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
 
@@ -53,8 +56,10 @@ class OpenAIClient:
                  retry_base_delay: float = 0.5, retry_max_delay: float = 30.0,
                  timeout: float = 600.0, prices: Mapping[str, Any] | None = None,
                  max_tokens_param: str | None = None, default_options: dict[str, Any] | None = None,
-                 default_headers: dict[str, str] | None = None, http_client: Any = None) -> None:
+                 default_headers: dict[str, str] | None = None, http_client: Any = None,
+                 stream: bool = True) -> None:
         self.model = model
+        self.stream = stream          # False: astream never streams (a proxy that buffers SSE)
         self.provider = provider
         self.name = name or f"{provider}:{model}"
         self.base_url = base_url or OPENAI_BASE_URL
@@ -148,6 +153,82 @@ class OpenAIClient:
         return Completion(text=text, usage=usage, cost_usd=cost,
                           model=getattr(resp, "model", None) or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)
+
+    async def astream(self, messages: list[Message], on_delta: OnDelta,
+                      **options: Any) -> Completion:
+        """`complete`, streamed (`stream: true` with `stream_options.include_usage`): text goes
+        to `on_delta(piece, offset)` as it arrives; the Completion, its usage and cost are
+        those `complete` would return. A call with `tools=` does not stream."""
+        if options.get("tools") or not self.stream:
+            return await self.complete(messages, **options)
+        kw = self._request(messages, options)
+        kw["stream"] = True
+        kw["stream_options"] = {"include_usage": True}
+        # httpx's timeout bounds each read of a stream, not the whole reply: bound it here
+        total = float(kw["timeout"])
+        t0 = time.perf_counter()
+
+        async def attempt() -> tuple[Any, str]:
+            pieces = Pieces(on_delta)
+            state: dict[str, Any] = {"model": None, "usage": None, "finish": None, "id": ""}
+            try:
+                async with asyncio.timeout(total):
+                    stream = await self._client.chat.completions.create(**kw)
+                    try:
+                        async for chunk in stream:
+                            self._take_chunk(chunk, pieces, state)
+                    finally:
+                        await stream.close()
+            except TimeoutError as e:
+                raise ModelError(f"{self._where}: request timed out", retryable=True) from e
+            except Exception as e:
+                err = model_error_from_sdk(e, openai, where=self._where)
+                if pieces.chars and err.retryable:
+                    raise StreamCut(self._where, pieces.chars, str(err)) from e
+                raise err from e
+            if state["finish"] is None:
+                raise StreamCut(self._where, pieces.chars, "it ended with no finish_reason")
+            resp = self._assemble(pieces.text, state)
+            if state["usage"] is None and "no-stream-usage" not in self._warned:
+                self._warned.add("no-stream-usage")
+                log.warning("%s: the stream carried no usage (the server ignores "
+                            "stream_options.include_usage), so streamed calls count no tokens; "
+                            "pass stream=False to this client", self.name)
+            return resp, self._text(resp)
+
+        resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
+        usage, cost = self._usage_and_cost(resp)
+        return Completion(text=text, usage=usage, cost_usd=cost,
+                          model=getattr(resp, "model", None) or self.model,
+                          latency_s=time.perf_counter() - t0, raw=resp)
+
+    @staticmethod
+    def _take_chunk(chunk: Any, pieces: Pieces, state: dict[str, Any]) -> None:
+        state["model"] = getattr(chunk, "model", None) or state["model"]
+        state["id"] = getattr(chunk, "id", None) or state["id"]
+        if getattr(chunk, "usage", None) is not None:
+            state["usage"] = chunk.usage
+        for choice in getattr(chunk, "choices", None) or ():
+            if choice.index != 0:
+                continue
+            if choice.delta is not None:
+                pieces.add(choice.delta.content)
+            state["finish"] = choice.finish_reason or state["finish"]
+
+    def _assemble(self, text: str, state: dict[str, Any]) -> Any:
+        """A ChatCompletion built from a stream's chunks (what `complete` would have got)."""
+        data = {"id": state["id"] or "stream", "object": "chat.completion", "created": 0,
+                "model": state["model"] or self.model,
+                "choices": [{"index": 0, "finish_reason": state["finish"],
+                             "message": {"role": "assistant", "content": text}}]}
+        try:
+            resp: Any = openai.types.chat.ChatCompletion.model_validate(data)
+        except ValueError:       # a finish_reason the SDK's schema does not know
+            message = SimpleNamespace(content=text, tool_calls=None)
+            resp = SimpleNamespace(model=data["model"], choices=[SimpleNamespace(
+                message=message, finish_reason=state["finish"])])
+        resp.usage = state["usage"]
+        return resp
 
     def _text(self, resp: Any, *, tool_calls_ok: bool = False) -> str:
         if not isinstance(resp, openai.BaseModel) and isinstance(resp, str | bytes):

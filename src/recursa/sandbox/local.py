@@ -1,10 +1,14 @@
-"""LocalSandbox: the default sandbox, one worker subprocess per RLM, under bubblewrap if present.
+"""LocalSandbox: the default sandbox, one worker process per run, under bubblewrap if present.
 
 What is enforced (all configurable):
   * a clean environment (no host variables, hence no API keys), a private workspace as cwd/HOME;
   * rlimits set by the worker on itself before any user code runs: address space
     (`memory_mb`), CPU seconds over the worker's life (`cpu_seconds`), largest file written
     (`file_size_mb`), and processes (`max_processes`, see below);
+  * limits on the whole process tree (treelimits.py): memory (`memory_mb`) and processes
+    (`max_processes`, default 64, threads count) through a control group of the sandbox's own
+    where the host can make one (cgroup v2 or v1), else a host-side watch of the tree's resident
+    memory that stops and restarts the worker; `tree_limits` and `isolation` say which;
   * a cap on the workspace's total size (`disk_mb`), watched by the host while a cell runs:
     over it, the worker is killed and restarted and the workspace emptied (a per-file limit
     alone would let many files fill the disk);
@@ -13,26 +17,33 @@ What is enforced (all configurable):
     worker and the context (read-only, at /recursa/), the workspace (at /workspace) and a
     size-capped tmpfs /tmp are visible. It dies with its parent.
 
-Pre-started workers ("spares", `prewarm`): starting bubblewrap and a bare interpreter and
-importing the worker's modules costs about 100 ms. So a process-wide pool keeps `prewarm`
-(default 1, env RECURSA_PREWARM; 0 disables) started workers per configuration, spawned with
-plain `subprocess.Popen` from one long-lived thread (they are not tied to any event loop), and
-`start()` adopts one into the current loop; the next spare is started in the background. A
-spare is started before its context is known, so every worker (spare or not) is started the
-same way: the context is bound as a private, read-only directory (/recursa/ctx) into which
-`start()` hard-links (or copies) the payload file, and the worker first waits for `init`,
-opens that file, and only then drops its uid and serves cells (`--late-context`); nothing but
-`init` is accepted before the drop. A spare is used once; one that died or is older than
-RECURSA_PREWARM_MAX_AGE seconds (600) is discarded and replaced; all are killed at interpreter
-exit, and die with the host anyway (bwrap --die-with-parent / PR_SET_PDEATHSIG). The
-directories of a killed host are named after it (`recursa.tempdirs.owned_tempdir`) and removed
-by the next process's sweep of stale ones.
+How a worker starts. Starting bubblewrap and a bare interpreter and importing the worker's
+modules costs ~90 ms of CPU. Two ways avoid paying it per run:
+  * the zygote (forkserver.py, zygote.py; bubblewrap as root, the default there): one fork
+    server per configuration, inside one bubblewrap, with the worker imported; each run is a
+    fork that enters its own mount, pid, network, IPC, UTS and cgroup namespaces, sees only its
+    own workspace, context and /tmp, joins its own cgroup and drops to its own uid. About 10 ms
+    of CPU per start, all of it counted. `zygote=False` / RECURSA_ZYGOTE=0 turn it off.
+  * spares (elsewhere, e.g. without root or without bubblewrap): a process-wide pool keeps
+    `prewarm` (default 1, env RECURSA_PREWARM; 0 disables) started workers per configuration,
+    spawned with plain `subprocess.Popen` from one long-lived thread (they are not tied to any
+    event loop), and `start()` adopts one into the current loop; the next spare is started in
+    the background. That hides the start's latency, not its CPU.
+Either way the context is not known when the worker starts: it is bound as a private, read-only
+directory (/recursa/ctx) into which `start()` hard-links (or copies) the payload file, and the
+worker first waits for `init`, opens that file, and only then drops its uid and serves cells
+(`--late-context`); nothing but `init` is accepted before the drop. A spare is used once; one
+that died or is older than RECURSA_PREWARM_MAX_AGE seconds (600) is discarded and replaced; all
+are killed at interpreter exit, and die with the host anyway (bwrap --die-with-parent /
+PR_SET_PDEATHSIG; a zygote's runs die with its pid namespace). The directories of a killed host
+are named after it (`recursa.tempdirs.owned_tempdir`) and removed by the next process's sweep.
 
 Processes: RLIMIT_NPROC is counted per *user id* and root is exempt from it, so it only means
 something when the worker runs as its own uid. When the host runs as root under bubblewrap,
 the worker therefore drops to a random unprivileged uid (200000-265535, one per worker) after
-opening the context, and the limit applies to that uid alone. Otherwise the process limit is not applied
-(it would count every process of the host user) and `isolation` says so.
+opening the context, and the limit applies to that uid alone. With a cgroup, `pids.max` bounds
+the tree in every mode; without one and without a uid of its own the process limit is not
+applied (it would count every process of the host user) and `isolation` says so.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ import logging
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -54,19 +66,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 from recursa.images import pillow_site
+from recursa.sandbox.forkserver import ZygoteTransport, zygote_host
 from recursa.sandbox.session import WorkerSession
 from recursa.sandbox.transport import (
     AdoptedTransport,
     SubprocessTransport,
     close_popen_pipes,
+    descendants,
     kill_tree,
 )
+from recursa.sandbox.treelimits import WATCH, RunCgroup, cgroup_host, processes_of_uid
 from recursa.tempdirs import WORKER_UID_MAX, WORKER_UID_MIN, owned_tempdir
 from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
 
 log = logging.getLogger("recursa.sandbox")
 
 WORKER_PATH = Path(__file__).with_name("worker.py")
+ZYGOTE_PATH = Path(__file__).with_name("zygote.py")
 _IN = "/recursa"  # where the sandbox sees our files under bwrap
 _CTX_DIR = f"{_IN}/ctx"  # the worker's private context directory, read-only
 _warned_no_bwrap = False
@@ -140,8 +156,7 @@ class WorkerConfig:
         return spec
 
     def _command(self, spec: WorkerSpec) -> tuple[list[str], dict[str, str], str]:
-        env = {"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
-               "PYTHONUNBUFFERED": "1"}
+        env = self._env()
         tail = ["--limits", json.dumps(dict(self.limits)), "--late-context"]
         if self.mode == "limits":
             env.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=spec.workspace,
@@ -149,7 +164,45 @@ class WorkerConfig:
             tail += ["--pillow", self.pillow] if self.pillow else []
             return [self.python, "-I", "-S", self.worker, *tail], env, spec.workspace
 
-        assert self.bwrap is not None and spec.ctxdir is not None
+        assert spec.ctxdir is not None
+        a, python = self._bwrap(env, privileged=spec.uid is not None)
+        # The context directory is empty until start() links the payload file into it: a
+        # directory bind shows files added later, a file bind could not be re-pointed.
+        a += ["--ro-bind", spec.ctxdir, _CTX_DIR,
+              "--bind", spec.workspace, "/workspace",
+              "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        a += self._bwrap_tail(env)
+        a += ["--", python, "-I", "-S", f"{_IN}/worker.py", *tail]
+        if spec.uid is not None:
+            a += ["--uid", str(spec.uid), "--gid", str(spec.uid)]
+        return a, {}, spec.workspace
+
+    def zygote_command(self, runs_dir: str, control_fd: int) -> list[str]:
+        """The zygote's command line (see zygote.py): like a worker's, plus the capabilities
+        it needs to give each run its own namespaces, and every run's directories at
+        /recursa/runs (each run unmounts them from its own view)."""
+        assert self.drop_uid
+        env = self._env()
+        env.update(HOME="/workspace", TMPDIR="/tmp")
+        a, python = self._bwrap(env, privileged=True, extra_caps=(
+            "CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_KILL", "CAP_NET_ADMIN",
+            "CAP_DAC_READ_SEARCH"))
+        a += ["--ro-bind", str(ZYGOTE_PATH), f"{_IN}/zygote.py",
+              "--dir", _CTX_DIR, "--dir", "/workspace", "--dir", "/tmp",
+              "--bind", runs_dir, f"{_IN}/runs"]
+        a += self._bwrap_tail(env)
+        return a + ["--", python, "-I", "-S", f"{_IN}/zygote.py", "--control-fd",
+                    str(control_fd)]
+
+    @staticmethod
+    def _env() -> dict[str, str]:
+        return {"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
+                "PYTHONUNBUFFERED": "1"}
+
+    def _bwrap(self, env: dict[str, str], *, privileged: bool,
+               extra_caps: tuple[str, ...] = ()) -> tuple[list[str], str]:
+        """bwrap's options up to the per-worker mounts; the interpreter's path inside."""
+        assert self.bwrap is not None
         prefix = os.path.realpath(sys.base_prefix)
         python = self.python
         relocate = not prefix.startswith("/usr/")
@@ -162,11 +215,15 @@ class WorkerConfig:
             env["LD_LIBRARY_PATH"] = f"{_IN}/python/lib"  # for --enable-shared builds
 
         a = [self.bwrap, "--die-with-parent", "--new-session", "--clearenv"]
-        if spec.uid is not None:
+        if privileged:
             # Privileged bwrap without a user namespace, so the worker can setuid() itself to
             # its own uid (CAP_SETUID is then dropped by the kernel).
             a += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-                  "--unshare-cgroup-try", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+                  "--unshare-cgroup-try"]
+            if extra_caps:   # the zygote: only what it needs (bwrap as root keeps all else)
+                a += ["--cap-drop", "ALL"]
+            for cap in ("CAP_SETUID", "CAP_SETGID", *extra_caps):
+                a += ["--cap-add", cap]
         else:
             a += ["--unshare-all"]
         a += ["--ro-bind", "/usr", "/usr"]
@@ -180,27 +237,21 @@ class WorkerConfig:
         a += ["--perms", "0755", "--dir", _IN]
         if relocate:
             a += ["--ro-bind", prefix, f"{_IN}/python"]
-        if self.pillow:   # only PIL and its bundled libraries, not the host's site-packages
+        a += ["--ro-bind", self.worker, f"{_IN}/worker.py"]
+        if self.pillow:   # only PIL and its bundled libraries (the worker looks for them here)
             a += ["--perms", "0755", "--dir", f"{_IN}/site",
                   "--ro-bind", f"{self.pillow}/PIL", f"{_IN}/site/PIL",
                   "--ro-bind-try", f"{self.pillow}/pillow.libs", f"{_IN}/site/pillow.libs"]
-            tail += ["--pillow", f"{_IN}/site"]
-        # The context directory is empty until start() links the payload file into it: a
-        # directory bind shows files added later, a file bind could not be re-pointed.
-        a += ["--ro-bind", self.worker, f"{_IN}/worker.py",
-              "--ro-bind", spec.ctxdir, _CTX_DIR,
-              "--bind", spec.workspace, "/workspace",
-              "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
-              "--proc", "/proc", "--dev", "/dev", "--chdir", "/workspace",
-              # the root tmpfs (/recursa and the mount points) read-only: outside /workspace
-              # and /tmp nothing is writable even without a uid drop (user namespace)
-              "--remount-ro", "/"]
+        return a, python
+
+    @staticmethod
+    def _bwrap_tail(env: dict[str, str]) -> list[str]:
+        # the root tmpfs (/recursa and the mount points) read-only: outside /workspace and /tmp
+        # nothing is writable even without a uid drop (user namespace)
+        a = ["--proc", "/proc", "--dev", "/dev", "--chdir", "/workspace", "--remount-ro", "/"]
         for k, v in env.items():
             a += ["--setenv", k, v]
-        a += ["--", python, "-I", "-S", f"{_IN}/worker.py", *tail]
-        if spec.uid is not None:
-            a += ["--uid", str(spec.uid), "--gid", str(spec.uid)]
-        return a, {}, spec.workspace
+        return a
 
 
 @dataclass
@@ -214,6 +265,7 @@ class WorkerSpec:
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    root: str | None = None         # a zygote run's directory (holds workspace and ctxdir)
 
     def place_context(self, path: str) -> str:
         """Make the payload file visible to the worker; return its path as the worker sees it.
@@ -243,7 +295,7 @@ class WorkerSpec:
             return False
 
     def cleanup(self) -> None:
-        for d in (self.workspace, self.ctxdir):
+        for d in (self.workspace, self.ctxdir, self.root):
             if d:
                 shutil.rmtree(d, ignore_errors=True)
 
@@ -480,15 +532,23 @@ class LocalSandbox:
     worker's own uid).
     prewarm: how many started spare workers of this configuration to keep ready in the
     process-wide pool (default: env RECURSA_PREWARM, else 1; 0 starts every worker on demand).
+    Not used when a zygote forks the workers.
+    zygote: fork each worker from a per-configuration fork server (zygote.py) instead of
+    starting bubblewrap and an interpreter per run (default: env RECURSA_ZYGOTE, else on). Only
+    where workers get their own uid (bubblewrap as root); elsewhere spares are used.
+    cgroups: limit memory and processes of each sandbox's whole process tree with its own
+    control group where the host allows (default on; env RECURSA_CGROUPS=0 turns it off);
+    otherwise a host thread watches the tree's resident memory (see treelimits.py).
     """
 
     def __init__(self, *, isolation: Literal["auto", "bwrap", "limits"] = "auto",
                  memory_mb: int | None = 4096, cpu_seconds: int | None = 3600,
-                 file_size_mb: int | None = 1024, max_processes: int | None = 256,
+                 file_size_mb: int | None = 1024, max_processes: int | None = 64,
                  tmp_mb: int = 256, disk_mb: int | None = 4096,
                  python: str | None = None, bwrap: str | None = None,
                  drop_uid: bool = True, interrupt_grace: float = 2.0,
-                 start_timeout: float = 60.0, prewarm: int | None = None):
+                 start_timeout: float = 60.0, prewarm: int | None = None,
+                 zygote: bool | None = None, cgroups: bool = True):
         if isolation not in ("auto", "bwrap", "limits"):
             raise ValueError(f"isolation must be auto, bwrap or limits, not {isolation!r}")
         self.memory_mb = memory_mb
@@ -524,23 +584,39 @@ class LocalSandbox:
             mode=self.mode, python=self.python, bwrap=bw if self.mode == "bwrap" else None,
             limits=tuple(sorted(self._limits().items())), tmp_mb=self.tmp_mb,
             drop_uid=self.drop_uid)
-        self.isolation = self._describe()
+        if zygote is None:
+            zygote = _env_int("RECURSA_ZYGOTE", 1) != 0
+        self.use_zygote = bool(zygote and self.drop_uid and self.config not in _NO_ZYGOTE)
+        self._cg_host = (cgroup_host() if cgroups and (memory_mb or max_processes) else None)
         self.workspace: str | None = None
         self.prewarmed = False          # whether start() adopted a pre-started worker
+        self.forked = False             # whether start() had the zygote fork the worker
         self._spec: WorkerSpec | None = None
         self._session: WorkerSession | None = None
+        self._cgroup: RunCgroup | None = None
+        self._disk_entries = 0          # files in the workspace at the last look
         self._closed = False
+        self.isolation = self._describe()
+
+    @property
+    def tree_limits(self) -> str:
+        """How memory and processes are limited for the whole process tree: "cgroup v1",
+        "cgroup v2" or "watch" (host-side watch of resident memory; processes per uid)."""
+        return self._cg_host.describe() if self._cg_host is not None else "watch"
 
     def _describe(self) -> str:
         lim = []
+        mech = self.tree_limits
         if self.memory_mb:
-            lim.append(f"memory {self.memory_mb} MB")
+            how = mech if mech != "watch" else "host watch of resident memory"
+            lim.append(f"memory {self.memory_mb} MB per process and for the whole tree ({how})")
         if self.cpu_seconds:
             lim.append(f"cpu {self.cpu_seconds} s")
         if self.file_size_mb:
             lim.append(f"file size {self.file_size_mb} MB")
-        if self.max_processes and self.drop_uid:
-            lim.append(f"processes {self.max_processes}")
+        if self.max_processes and (mech != "watch" or self.drop_uid):
+            how = mech if mech != "watch" else "RLIMIT_NPROC of its own uid"
+            lim.append(f"processes {self.max_processes} ({how})")
         if self.disk_mb:
             lim.append(f"workspace {self.disk_mb} MB")
         limits = ", ".join(lim) or "none"
@@ -551,7 +627,8 @@ class LocalSandbox:
                 who = f"uid {self.uid}"
             else:
                 who = "own unprivileged uid"
-            return (f"bubblewrap (no network, private fs, {who}; limits: {limits})")
+            how = ", forked by a zygote into its own namespaces" if self.use_zygote else ""
+            return f"bubblewrap (no network, private fs, {who}{how}; limits: {limits})"
         return f"limits only, no bubblewrap (not isolated from files or network; limits: {limits})"
 
     # ------------------------------------------------------------ Sandbox protocol
@@ -560,12 +637,87 @@ class LocalSandbox:
             raise SandboxError("the sandbox was already started")
         if not os.path.isfile(payload.path):
             raise SandboxError(f"context file not found: {payload.path}")
+        if self._cg_host is not None and self._cgroup is None:
+            try:
+                self._cgroup = self._cg_host.new_group(
+                    self.memory_mb * 1024 * 1024 if self.memory_mb else None,
+                    self.max_processes or None)
+            except OSError as exc:   # e.g. the parent group vanished: watch instead
+                log.warning("recursa: could not create the sandbox's control group (%s); "
+                            "watching its memory from the host instead", exc)
+                self._cg_host = None
+                self.isolation = self._describe()
+        if self.use_zygote:
+            try:
+                await self._start_forked(payload, handler)
+                return
+            except _ZygoteUnusable as exc:
+                _NO_ZYGOTE.add(self.config)
+                self.use_zygote = False
+                log.warning("recursa: the sandbox zygote is not usable here (%s); starting "
+                            "each worker on its own", exc)
+                self.isolation = self._describe()
+        await self._start_spawned(payload, handler)
+
+    async def _start_forked(self, payload: ContextPayload, handler: CallHandler) -> None:
+        host = zygote_host(self.config, self.config.zygote_command)
+        uid = random.randint(WORKER_UID_MIN, WORKER_UID_MAX)
+        try:
+            run = host.new_run_dir()
+            spec = WorkerSpec(workspace=os.path.join(run, "ws"), ctxdir=os.path.join(run, "ctx"),
+                              uid=uid, root=run)
+            self._spec = spec
+            os.mkdir(spec.workspace, 0o700)
+            os.chown(spec.workspace, uid, uid)
+            os.mkdir(spec.ctxdir, 0o755)   # type: ignore[arg-type]
+            self.workspace, self.uid = spec.workspace, uid
+            self.isolation = self._describe()
+            src = os.path.realpath(payload.path)
+            if spec.linkable(src):
+                ctx_path = spec.place_context(src)
+            else:
+                ctx_path = await asyncio.to_thread(spec.place_context, src)
+        except BaseException:
+            await self.close()
+            raise
+        req = {"run": os.path.basename(run), "uid": uid, "limits": dict(self.config.limits),
+               "tmp_bytes": self.tmp_mb * 1024 * 1024}
+        cgroup = self._cgroup
+
+        def transport() -> ZygoteTransport:
+            return ZygoteTransport(host, req, start_timeout=self.start_timeout,
+                                   cgroup_fds=cgroup.open_procs if cgroup else None)
+
+        self._session = WorkerSession(
+            transport, context_path=ctx_path, kind=payload.kind, handler=handler,
+            start_timeout=self.start_timeout, interrupt_grace=self.interrupt_grace)
+        self._session.explain_death = self._explain_death
+        try:
+            await self._session.start()
+        except SandboxError as exc:
+            first = host.starts <= 1 and self._session.start_failure in ("oserror", "died")
+            session, self._session = self._session, None
+            await session.close()
+            spec.cleanup()
+            self._spec = None
+            self.workspace = self.uid = None
+            if first:   # the very first zygote of this configuration: not usable here
+                raise _ZygoteUnusable(str(exc)) from exc
+            await self.close()
+            raise
+        except BaseException:
+            await self.close()
+            raise
+        self.forked = True
+
+    async def _start_spawned(self, payload: ContextPayload, handler: CallHandler) -> None:
         spare = POOL.take(self.config, self.prewarm) if self.prewarm > 0 else None
         adopt: list[AdoptedTransport] = []
+        join = self._join_cgroup if self._cgroup is not None else None
         try:
             if spare is not None:
                 spec = spare.spec
-                adopt.append(AdoptedTransport(spare.proc, marker=spec.marker))
+                adopt.append(AdoptedTransport(spare.proc, marker=spec.marker, on_start=join))
                 self.prewarmed = True
             else:
                 spec = self.config.new_worker()
@@ -584,15 +736,16 @@ class LocalSandbox:
             await self.close()
             raise
 
-        def transport() -> AdoptedTransport | SubprocessTransport:
+        def transport() -> SubprocessTransport:
             if adopt:
                 return adopt.pop()
             return SubprocessTransport(spec.argv, env=spec.env, cwd=spec.cwd,
-                                       marker=spec.marker)
+                                       marker=spec.marker, on_start=join)
 
         self._session = WorkerSession(
             transport, context_path=ctx_path, kind=payload.kind, handler=handler,
             start_timeout=self.start_timeout, interrupt_grace=self.interrupt_grace)
+        self._session.explain_death = self._explain_death
         try:
             try:
                 await self._session.start()
@@ -609,28 +762,77 @@ class LocalSandbox:
             await self.close()
             raise
 
+    def _memory_reason(self) -> str:
+        how = self.tree_limits
+        return (f"its processes together went over the sandbox's {self.memory_mb} MB memory "
+                f"limit ({how if how != 'watch' else 'host watch'}), so all of them were "
+                f"stopped")
+
+    def _explain_death(self) -> str | None:
+        """A worker that died because its group hit the memory limit (cgroup v2 kills the
+        whole group at once, before the watch can look) is reported as such."""
+        if self._cgroup is not None and self._cgroup.over_memory():
+            self._cgroup.rearm()
+            return self._memory_reason()
+        return None
+
+    def _join_cgroup(self, pid: int) -> None:
+        """Put a worker started as its own command (and what it started so far: bwrap's
+        inner processes) in this sandbox's group. No user code has run yet: the worker waits
+        for `init` first."""
+        assert self._cgroup is not None
+        for p in (pid, *descendants(pid)):
+            with contextlib.suppress(ProcessLookupError):   # dead: the start will say so
+                self._cgroup.add(p)
+
     async def run(self, code: str, *, timeout: float, max_output_chars: int) -> Cell:
         if self._session is None:
             raise SandboxError("the sandbox was not started")
         session = self._session
-        if not self.disk_mb or not self.workspace:
+        watch_disk = bool(self.disk_mb and self.workspace)
+        watch_mem = bool(self.memory_mb)
+        if not watch_disk and not watch_mem and self._cgroup is None:
             return await session.run(code, timeout=timeout, max_output_chars=max_output_chars)
-        watch = asyncio.create_task(self._watch_disk(session))
+        watch = asyncio.create_task(self._watch(session, watch_disk))
         try:
             cell = await session.run(code, timeout=timeout, max_output_chars=max_output_chars)
         finally:
             watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watch
-        if await asyncio.to_thread(self._over_disk):   # written faster than we looked
+        if watch_disk and await self._disk_used() is None:   # written faster than we looked
             await asyncio.to_thread(self._empty_workspace)
             cell.stderr = (f"note: the workspace exceeded its {self.disk_mb} MB limit; its "
                            f"files were deleted\n") + cell.stderr
+        if self._cgroup is not None:
+            refused = self._cgroup.pids_refused()
+            if refused > 0:
+                cell.stderr = (f"note: the sandbox's limit of {self.max_processes} processes "
+                               f"(threads count too) was reached; {refused} could not be "
+                               f"started\n") + cell.stderr
+            self._cgroup.rearm()
         return cell
 
-    def _over_disk(self) -> bool:
+    async def _disk_used(self) -> int | None:
+        """Bytes in the workspace, None once over `disk_mb`. A small workspace is scanned
+        right here (tens of microseconds); a big one in a thread, off the loop."""
         assert self.workspace is not None and self.disk_mb
-        return disk_usage(self.workspace, limit=self.disk_mb * 1024 * 1024) is None
+        limit = self.disk_mb * 1024 * 1024
+        used, self._disk_entries = -1, self._disk_entries
+        if self._disk_entries < 1000:
+            used, self._disk_entries = disk_usage_entries(self.workspace, limit=limit,
+                                                          give_up_after=2000)
+        if used == -1:
+            used, self._disk_entries = await asyncio.to_thread(
+                disk_usage_entries, self.workspace, limit=limit)
+        return used
+
+    def _disk_wait(self, used: int) -> float:
+        """When to look again: soon near the cap, else no sooner than a fast writer (4 GB/s)
+        could reach it, and at most a second."""
+        assert self.disk_mb
+        left = self.disk_mb * 1024 * 1024 - used
+        return min(1.0, max(self.disk_poll, left / 4e9))
 
     def _empty_workspace(self) -> None:
         assert self.workspace is not None
@@ -642,16 +844,52 @@ class LocalSandbox:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
 
-    async def _watch_disk(self, session: WorkerSession) -> None:
-        """While a cell runs: over `disk_mb`, kill the worker (it restarts) and empty the
-        workspace, so that many files under the per-file limit cannot fill the host's disk."""
-        while True:
-            await asyncio.sleep(self.disk_poll)
-            if await asyncio.to_thread(self._over_disk):
-                await session.abort(f"its workspace exceeded the {self.disk_mb} MB limit, so "
-                                    f"it was stopped and the workspace emptied")
-                await asyncio.to_thread(self._empty_workspace)
-                return
+    def _watch_memory(self, session: WorkerSession, over: asyncio.Event) -> int | None:
+        """Without a cgroup: have the host's tree watch report this worker's tree (its own
+        uid's processes, or the worker's descendants) going over `memory_mb`."""
+        if self._cgroup is not None or not self.memory_mb:
+            return None
+        pid = getattr(session._transport, "pid", None)
+        if self.uid is None and pid is None:
+            return None
+        loop = asyncio.get_running_loop()
+        return WATCH.watch(self.memory_mb * 1024 * 1024,
+                           lambda rss: loop.call_soon_threadsafe(over.set),
+                           uid=self.uid, root=None if self.uid is not None else pid)
+
+    async def _watch(self, session: WorkerSession, watch_disk: bool) -> None:
+        """While a cell runs, stop the worker (it restarts) when its workspace passes
+        `disk_mb` (and empty the workspace: a per-file limit alone would let many files fill
+        the host's disk), or when its processes together pass `memory_mb`."""
+        over = asyncio.Event()
+        key = self._watch_memory(session, over)
+        loop = asyncio.get_running_loop()
+        next_disk = loop.time() + self.disk_poll
+        try:
+            while True:
+                await asyncio.sleep(self.disk_poll)
+                if over.is_set() or (self._cgroup is not None and self._cgroup.over_memory()):
+                    # The group's members now, not later: the restarted worker joins it too.
+                    old = self._cgroup.pids() if self._cgroup is not None else []
+                    await session.abort(self._memory_reason())
+                    for pid in old:   # anything that left the worker's tree
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(pid, signal.SIGKILL)
+                    if self._cgroup is not None:
+                        self._cgroup.rearm()
+                    return
+                if watch_disk and loop.time() >= next_disk:
+                    used = await self._disk_used()
+                    if used is None:
+                        await session.abort(f"its workspace exceeded the {self.disk_mb} MB "
+                                            f"limit, so it was stopped and the workspace "
+                                            f"emptied")
+                        await asyncio.to_thread(self._empty_workspace)
+                        return
+                    next_disk = loop.time() + self._disk_wait(used)
+        finally:
+            if key is not None:
+                WATCH.unwatch(key)
 
     async def close(self) -> None:
         if self._closed:
@@ -662,6 +900,9 @@ class LocalSandbox:
             if session is not None:
                 await asyncio.shield(session.close())
         finally:
+            if self._cgroup is not None:
+                await asyncio.to_thread(self._cgroup.remove)
+                self._cgroup = None
             if self._spec is not None:
                 self._spec.cleanup()
 
@@ -675,6 +916,15 @@ class LocalSandbox:
     def session(self) -> WorkerSession | None:
         return self._session
 
+    def processes(self) -> list[int]:
+        """Host pids of the worker's process tree now (its control group's members, else the
+        processes of its own uid, else the worker command's descendants)."""
+        if self._cgroup is not None:
+            return self._cgroup.pids()
+        if self.forked and self.uid is not None:
+            return processes_of_uid(self.uid)
+        pid = getattr(self._session._transport, "pid", None) if self._session else None
+        return [pid, *descendants(pid)] if pid else []
 
     # ------------------------------------------------------------ command line
     def _limits(self) -> dict[str, int]:
@@ -691,9 +941,23 @@ class LocalSandbox:
         return lim
 
 
+class _ZygoteUnusable(Exception):
+    pass
+
+
+_NO_ZYGOTE: set[WorkerConfig] = set()   # configurations whose zygote could not start here
+
+
 def disk_usage(root: str, *, limit: int, max_entries: int = 200_000) -> int | None:
     """Bytes allocated under `root`, or None once over `limit` bytes or `max_entries` files
     (a million empty files is also an attack on the disk)."""
+    return disk_usage_entries(root, limit=limit, max_entries=max_entries)[0]
+
+
+def disk_usage_entries(root: str, *, limit: int, max_entries: int = 200_000,
+                       give_up_after: int | None = None) -> tuple[int | None, int]:
+    """`disk_usage` and the number of entries seen; (-1, n) if more than `give_up_after`
+    entries had to be looked at (too many to scan on the event loop)."""
     total = 0
     entries = 0
     todo = [root]
@@ -705,6 +969,8 @@ def disk_usage(root: str, *, limit: int, max_entries: int = 200_000) -> int | No
         with it:
             for e in it:
                 entries += 1
+                if give_up_after is not None and entries > give_up_after:
+                    return -1, entries
                 try:
                     st = e.stat(follow_symlinks=False)
                 except OSError:
@@ -713,5 +979,5 @@ def disk_usage(root: str, *, limit: int, max_entries: int = 200_000) -> int | No
                 if e.is_dir(follow_symlinks=False):
                     todo.append(e.path)
                 if total > limit or entries > max_entries:
-                    return None
-    return total
+                    return None, entries
+    return total, entries

@@ -75,6 +75,9 @@ class WorkerSession:
         # closed the stream before it was ready), "timeout", "init_error" (context not loaded)
         self.start_failure: str | None = None
         self.info: dict[str, Any] = {}
+        # Set by the sandbox: why the worker died, when it knows better than the exit status
+        # (e.g. its cgroup's OOM killer stopped the whole tree).
+        self.explain_death: Callable[[], str | None] | None = None
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -311,7 +314,8 @@ class WorkerSession:
         wait_exit = getattr(transport, "wait_exit", None)
         if wait_exit is not None and reason is None:  # let it finish dying: exit status
             await wait_exit(2.0)
-        why = self._abort_reason or reason or (
+        explained = self.explain_death() if self.explain_death else None
+        why = self._abort_reason or reason or explained or (
             transport.diagnostics() if transport else "unknown")
         self._abort_reason = None
         lost = list(self.variables)

@@ -2,10 +2,11 @@
 
 `WorkerSession` only needs a way to start a worker, move bytes both ways and kill it, so a
 remote sandbox (``docker run -i``, a Modal sandbox's stdio, ...) plugs in by providing another
-`Transport`. `SubprocessTransport` covers anything started as a local command, including
-``docker run -i IMAGE python worker.py``. `AdoptedTransport` takes over a process that was
-started earlier, outside any event loop, with `subprocess.Popen` (a pre-started spare worker),
-and connects its pipes to the running loop.
+`Transport`. `PipeTransport` is the part every local transport shares (three pipes attached to the
+running loop, a stderr tail). `SubprocessTransport` covers anything started as a local command,
+including ``docker run -i IMAGE python worker.py``, or takes over a process started earlier
+with `subprocess.Popen` (`AdoptedTransport`, a pre-started spare worker); the zygote's
+transport (zygote.py) is another `PipeTransport` whose process is forked by a fork server.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 
 @runtime_checkable
@@ -150,115 +151,19 @@ def kill_tree(pid: int, *, alive: bool = True, marker: str | None = None) -> Non
                 os.kill(p, signal.SIGKILL)
 
 
-class SubprocessTransport:
-    """A local command whose stdin/stdout carry the protocol; stderr is kept as a short tail."""
-
-    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                 cwd: str | None = None, pass_fds: Sequence[int] = (),
-                 stderr_tail: int = 8192, marker: str | None = None):
-        self.argv = list(argv)
-        self.marker = marker   # see kill_tree
-        self.env = dict(env) if env is not None else None
-        self.cwd = cwd
-        self.pass_fds = tuple(pass_fds)
-        self._tail_size = stderr_tail
-        self._tail = b""
-        self._proc: asyncio.subprocess.Process | None = None
-        self._drain: asyncio.Task[None] | None = None
-        self._killed = False
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    async def start(self) -> None:
-        self._proc = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=self.env,
-            cwd=self.cwd,
-            pass_fds=self.pass_fds,
-            start_new_session=True,  # its own process group, so kill() reaches the group
-        )
-        self._drain = asyncio.create_task(self._drain_stderr())
-
-    async def _drain_stderr(self) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
-        while True:
-            chunk = await self._proc.stderr.read(65536)
-            if not chunk:
-                return
-            self._tail = (self._tail + chunk)[-self._tail_size:]
-
-    async def send(self, data: bytes) -> None:
-        proc = self._proc
-        if proc is None or proc.stdin is None or self._killed:
-            raise ConnectionError("worker is not running")
-        try:
-            proc.stdin.write(data)
-            await proc.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError, RuntimeError) as exc:
-            raise ConnectionError(f"worker is gone: {exc}") from None
-
-    async def receive(self, n: int) -> bytes:
-        proc = self._proc
-        if proc is None or proc.stdout is None:
-            raise EOFError("worker is not running")
-        try:
-            return await proc.stdout.readexactly(n)
-        except asyncio.IncompleteReadError:
-            raise EOFError("worker closed its output") from None
-
-    async def wait_exit(self, timeout: float) -> int | None:
-        """Wait up to `timeout` s for the process to exit on its own; return its status."""
-        if self._proc is None:
-            return None
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._proc.wait(), timeout)
-        return self._proc.returncode
-
-    async def kill(self) -> None:
-        if self._killed:
-            return
-        self._killed = True
-        proc = self._proc
-        if proc is None:
-            return
-        kill_tree(proc.pid, alive=proc.returncode is None, marker=self.marker)
-        with contextlib.suppress(asyncio.TimeoutError, ProcessLookupError):
-            await asyncio.wait_for(proc.wait(), 10)
-        # The group may outlive its leader.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        if proc.stdin is not None:
-            proc.stdin.close()
-        if self._drain is not None:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self._drain, 1)
-
-    def diagnostics(self) -> str:
-        rc = self._proc.returncode if self._proc else None
-        text = describe_exit(rc)
-        tail = self._tail.decode("utf-8", errors="replace").strip()
-        if tail:
-            text += "; its last error output was:\n" + tail[-2000:]
-        return text
-
-
 class _WritePipeProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
     """Flow control for a write pipe, so StreamWriter.drain() works on it."""
 
 
-async def _wait_popen(proc: subprocess.Popen[bytes], timeout: float) -> int | None:
-    """Wait up to `timeout` s for a Popen child without blocking the loop; its status."""
-    if proc.poll() is not None:
-        return proc.returncode
+async def wait_pid_exit(pid: int, poll: Callable[[], int | None], timeout: float) -> int | None:
+    """Wait up to `timeout` s for child `pid` to exit without blocking the loop (a pidfd when
+    the kernel has them, else polling); `poll()` reaps it and returns its status or None."""
+    if (rc := poll()) is not None:
+        return rc
     loop = asyncio.get_running_loop()
     pidfd = None
     with contextlib.suppress(AttributeError, OSError):
-        pidfd = os.pidfd_open(proc.pid)  # type: ignore[attr-defined]
+        pidfd = os.pidfd_open(pid)  # type: ignore[attr-defined]
     try:
         if pidfd is not None:  # readable once the process has exited
             exited = loop.create_future()
@@ -268,33 +173,25 @@ async def _wait_popen(proc: subprocess.Popen[bytes], timeout: float) -> int | No
                     await asyncio.wait_for(exited, timeout)
             finally:
                 loop.remove_reader(pidfd)
-            return proc.poll()
+            return poll()
         deadline = loop.time() + timeout
         delay = 0.001
-        while proc.poll() is None and loop.time() < deadline:
+        while (rc := poll()) is None and loop.time() < deadline:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.02)
-        return proc.returncode
+        return rc
     finally:
         if pidfd is not None:
             os.close(pidfd)
 
 
-class AdoptedTransport:
-    """A worker already started with `subprocess.Popen` (stdin/stdout/stderr pipes, its own
-    session), adopted into the running event loop at `start()`.
-
-    The process may have been started from another thread and before this loop existed, which
-    is what lets a process-wide pool of pre-started workers serve `asyncio.run()` calls that
-    each bring a new loop. Otherwise it behaves like `SubprocessTransport`.
+class PipeTransport:
+    """The byte-stream half shared by every local transport: the worker's stdin, stdout and
+    stderr are pipes (file objects or fds) that `_connect` attaches to the running loop; stderr
+    is kept as a short tail for diagnostics. Subclasses start, wait for and kill the process.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], *, stderr_tail: int = 8192,
-                 marker: str | None = None):
-        if proc.stdin is None or proc.stdout is None or proc.stderr is None:
-            raise ValueError("the process needs stdin, stdout and stderr pipes")
-        self._proc = proc
-        self.marker = marker   # see kill_tree
+    def __init__(self, *, stderr_tail: int = 8192):
         self._tail_size = stderr_tail
         self._tail = b""
         self._reader: asyncio.StreamReader | None = None
@@ -303,27 +200,17 @@ class AdoptedTransport:
         self._drain: asyncio.Task[None] | None = None
         self._killed = False
 
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._proc.poll()
-
-    async def start(self) -> None:
-        proc = self._proc
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    async def _connect(self, stdin: Any, stdout: Any, stderr: Any) -> None:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=2 ** 16, loop=loop)
         rt, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), proc.stdout)
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), stdout)
         self._transports.append(rt)
         err = asyncio.StreamReader(limit=2 ** 16, loop=loop)
         et, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(err, loop=loop), proc.stderr)
+            lambda: asyncio.StreamReaderProtocol(err, loop=loop), stderr)
         self._transports.append(et)
-        wt, wp = await loop.connect_write_pipe(lambda: _WritePipeProtocol(loop), proc.stdin)
+        wt, wp = await loop.connect_write_pipe(lambda: _WritePipeProtocol(loop), stdin)
         self._transports.append(wt)
         self._reader = reader
         self._writer = asyncio.StreamWriter(wt, wp, None, loop)
@@ -354,32 +241,105 @@ class AdoptedTransport:
         except asyncio.IncompleteReadError:
             raise EOFError("worker closed its output") from None
 
+    async def _disconnect(self) -> None:
+        """After the process is gone: let stderr drain, close our ends of the pipes."""
+        if self._drain is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._drain, 1)
+        for t in self._transports:
+            t.close()
+
+    @property
+    def returncode(self) -> int | None:
+        raise NotImplementedError
+
+    def diagnostics(self) -> str:
+        text = describe_exit(self.returncode)
+        tail = self._tail.decode("utf-8", errors="replace").strip()
+        if tail:
+            text += "; its last error output was:\n" + tail[-2000:]
+        return text
+
+
+class SubprocessTransport(PipeTransport):
+    """A local command whose stdin/stdout carry the protocol, in its own session.
+
+    Started at `start()` from `argv`, or (`proc=`) a process already started with
+    `subprocess.Popen` (pipes for all three streams, its own session), possibly from another
+    thread before this loop existed: that is what lets a process-wide pool of pre-started
+    workers serve `asyncio.run()` calls that each bring a new loop. Either way the pipes are
+    attached to the loop the same way and the exit is awaited with a pidfd, so no child watcher
+    thread is involved.
+    """
+
+    def __init__(self, argv: Sequence[str] | None = None, *,
+                 proc: subprocess.Popen[bytes] | None = None,
+                 env: Mapping[str, str] | None = None, cwd: str | None = None,
+                 pass_fds: Sequence[int] = (), stderr_tail: int = 8192,
+                 marker: str | None = None, on_start: Callable[[int], None] | None = None):
+        super().__init__(stderr_tail=stderr_tail)
+        self.on_start = on_start   # called with the pid once the process exists
+        if (argv is None) == (proc is None):
+            raise ValueError("give either argv or proc")
+        if proc is not None and (proc.stdin is None or proc.stdout is None
+                                 or proc.stderr is None):
+            raise ValueError("the process needs stdin, stdout and stderr pipes")
+        self.argv = list(argv) if argv is not None else list(proc.args)  # type: ignore
+        self.marker = marker   # see kill_tree
+        self.env = dict(env) if env is not None else None
+        self.cwd = cwd
+        self.pass_fds = tuple(pass_fds)
+        self._proc = proc
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
+    async def start(self) -> None:
+        if self._proc is None:
+            # Popen forks in the loop's thread, as asyncio.create_subprocess_exec does too.
+            self._proc = subprocess.Popen(
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, bufsize=0, env=self.env, cwd=self.cwd,
+                pass_fds=self.pass_fds,
+                start_new_session=True)  # its own process group, so kill() reaches the group
+        proc = self._proc
+        if self.on_start is not None:
+            self.on_start(proc.pid)
+        await self._connect(proc.stdin, proc.stdout, proc.stderr)
+
     async def wait_exit(self, timeout: float) -> int | None:
         """Wait up to `timeout` s for the process to exit on its own; return its status."""
-        return await _wait_popen(self._proc, timeout)
+        if self._proc is None:
+            return None
+        return await wait_pid_exit(self._proc.pid, self._proc.poll, timeout)
 
     async def kill(self) -> None:
         if self._killed:
             return
         self._killed = True
         proc = self._proc
+        if proc is None:
+            return
         kill_tree(proc.pid, alive=proc.poll() is None, marker=self.marker)
-        await _wait_popen(proc, 10)
+        await self.wait_exit(10)
+        # The group may outlive its leader.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        if self._drain is not None:
-            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self._drain, 1)
-        for t in self._transports:
-            t.close()
+        await self._disconnect()
         close_popen_pipes(proc)   # those no transport took yet (a start that was cut short)
 
-    def diagnostics(self) -> str:
-        text = describe_exit(self._proc.poll())
-        tail = self._tail.decode("utf-8", errors="replace").strip()
-        if tail:
-            text += "; its last error output was:\n" + tail[-2000:]
-        return text
+
+class AdoptedTransport(SubprocessTransport):
+    """`SubprocessTransport` over a process started earlier (a pre-started spare worker)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], *, stderr_tail: int = 8192,
+                 marker: str | None = None, on_start: Callable[[int], None] | None = None):
+        super().__init__(proc=proc, stderr_tail=stderr_tail, marker=marker, on_start=on_start)
 
 
 def close_popen_pipes(proc: subprocess.Popen[bytes]) -> None:

@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 PROTOCOL_VERSION = 1
@@ -379,6 +379,7 @@ class Repl:
 
 # ------------------------------------------------------------------ images
 IMAGE_MARK = "__recursa_image__"
+SANDBOX_PILLOW = "/recursa/site"    # the local sandbox binds the host's PIL here, read-only
 _PIL_FORMATS = {"png": "PNG", "jpeg": "JPEG", "gif": "GIF", "webp": "WEBP"}
 
 
@@ -655,13 +656,19 @@ class Worker:
             self.ch.send({"type": "protocol_error", "error": f"unknown message type {t!r}"})
 
 
-def _prctl(option: int, arg: int) -> None:
-    try:
-        import ctypes
+_libc: Any = None
 
-        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
+
+def _prctl(option: int, arg: int) -> int:
+    global _libc
+    try:
+        if _libc is None:
+            import ctypes
+
+            _libc = ctypes.CDLL(None, use_errno=True)
+        return _libc.prctl(option, arg, 0, 0, 0)
     except Exception:  # not Linux, or no libc: these are extra safety nets only
-        pass
+        return -1
 
 
 def _set_subreaper() -> None:
@@ -711,7 +718,31 @@ def _apply_limits(limits: dict[str, int]) -> None:
             pass
 
 
+def _drop_bounding_caps() -> None:
+    # Belt and braces: capabilities are cleared by setuid() below, and bubblewrap sets
+    # no_new_privs, but with an empty bounding set nothing could ever regain one.
+    try:
+        with open("/proc/self/status") as f:
+            bnd = next(int(ln.split()[1], 16) for ln in f if ln.startswith("CapBnd:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        bnd = (1 << 64) - 1
+    for cap in range(64):
+        if bnd >> cap & 1:
+            _prctl(24, cap)  # PR_CAPBSET_DROP; fails harmlessly without CAP_SETPCAP
+
+
+def join_cgroups(fds: list[int]) -> None:
+    """Move this process into the groups whose `cgroup.procs` the host opened for us ("0" is
+    the writer itself), so every process started from here on is counted against the limits."""
+    for fd in fds:
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+
 def _drop_privileges(uid: int, gid: int | None) -> None:
+    _drop_bounding_caps()
     os.setgroups([])
     os.setgid(gid if gid is not None else uid)
     os.setuid(uid)
@@ -728,6 +759,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="open this file before dropping privileges (e.g. the context)")
     ap.add_argument("--uid", type=int, default=None)
     ap.add_argument("--gid", type=int, default=None)
+    ap.add_argument("--no-pdeathsig", action="store_true",
+                    help="forked by the zygote: dies with its pid namespace, not its parent")
     ap.add_argument("--late-context", action="store_true",
                     help="a pre-started worker: wait for the host's init, open its context_path, "
                          "and only then drop privileges (--uid) and serve. Nothing but init is "
@@ -735,9 +768,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pillow", default=None,
                     help="a directory holding the PIL package: make `import PIL` (only) work")
     args = ap.parse_args(argv)
-    if args.pillow:
-        _allow_pillow(args.pillow)
+    return run(json.loads(args.limits), uid=args.uid, gid=args.gid, preopen=args.preopen,
+               late_context=args.late_context, pdeathsig=not args.no_pdeathsig,
+               pillow=args.pillow)
 
+
+def run(limits: dict[str, int], *, uid: int | None = None, gid: int | None = None,
+        preopen: Sequence[str] = (), late_context: bool = False, pdeathsig: bool = True,
+        pillow: str | None = None) -> int:
+    """The worker process proper (`main` without the command line: the zygote calls this)."""
+    # Pillow for Image.crop: given, or where the local sandbox's bubblewrap shows it
+    pillow = pillow or (SANDBOX_PILLOW if os.path.isdir(f"{SANDBOX_PILLOW}/PIL") else None)
+    if pillow:
+        _allow_pillow(pillow)
     # Keep the protocol on private fds; user code writing to fd 0/1 hits /dev/null instead.
     rfd, wfd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
@@ -749,21 +792,22 @@ def main(argv: list[str] | None = None) -> int:
     parent = os.getppid()
     _set_subreaper()
     preopened = {}
-    for p in args.preopen:
+    for p in preopen:
         try:
             preopened[p] = os.open(p, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             pass
-    _apply_limits(json.loads(args.limits))
-    if args.uid is not None and not args.late_context:
-        _drop_privileges(args.uid, args.gid)
-    _die_with_parent(parent)
+    _apply_limits(limits)
+    if uid is not None and not late_context:
+        _drop_privileges(uid, gid)
+    if pdeathsig:
+        _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
     channel = _Channel(rfd, wfd)
     first = None
-    if args.late_context:
+    if late_context:
         # Single-threaded until serve(): read the one message allowed before the drop.
         try:
             first = channel.receive()
@@ -780,9 +824,10 @@ def main(argv: list[str] | None = None) -> int:
                 preopened[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 pass  # init below reports the error
-        if args.uid is not None:
-            _drop_privileges(args.uid, args.gid)
-            _die_with_parent(parent)  # setuid cleared the parent-death signal
+        if uid is not None:
+            _drop_privileges(uid, gid)
+            if pdeathsig:
+                _die_with_parent(parent)  # setuid cleared the parent-death signal
     worker = Worker(channel, preopened)
     if first is not None:
         worker.handle(first)

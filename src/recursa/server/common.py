@@ -96,20 +96,51 @@ class Progress:
         self.cost_usd = 0.0
         self.turns = 0
         self.subcalls = 0
+        self.written = 0          # characters of the root's current reply streamed so far
+        self.mid_line = False     # the streamed text did not end with a newline
+
+    def reasoning(self, item: dict[str, Any]) -> str:
+        """An item as `reasoning_content` text: a streamed piece of the root's reply as it is,
+        a progress line on a line of its own."""
+        if item["phase"] == "delta":
+            text = item["text"]
+            if item.get("restart"):
+                text = "\n[the model's reply restarted: its stream was cut]\n" + text
+            self.mid_line = not text.endswith("\n")
+            return text
+        text = ("\n" if self.mid_line else "") + item["line"] + "\n"
+        self.mid_line = False
+        return text
+
+    def _delta(self, ev: Event) -> dict[str, Any] | None:
+        if ev.depth != 0:
+            return None
+        text, offset = str(ev.data.get("text", "")), int(ev.data.get("offset", 0))
+        restart = offset == 0 and self.written > 0
+        self.written = offset + len(text)
+        return {"line": "", "text": text, "offset": offset, "restart": restart, "kind": ev.kind,
+                "phase": "delta", "depth": 0, "turns": self.turns, "subcalls": self.subcalls,
+                "tokens": self.tokens, "cost_usd": round(self.cost_usd, 6)}
 
     def _add(self, data: dict[str, Any]) -> None:
         u = data.get("usage") or {}
         self.tokens += int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
         self.cost_usd += float(data.get("cost_usd") or 0.0)
 
-    def feed(self, ev: Event) -> dict[str, Any] | None:
+    def feed(self, ev: Event, *, deltas: bool = False) -> dict[str, Any] | None:
         """A progress item `{"line", "kind", "phase", "depth", "tokens", "cost_usd", ...}`,
-        or None for events not worth showing."""
+        or None for events not worth showing. With `deltas`, a piece of the root's reply as it
+        is written is an item too, with phase 'delta', `text` and `offset` (and `restart` when
+        a retried stream started the reply again)."""
+        if ev.phase == "delta":
+            return self._delta(ev) if deltas else None
         d = ev.data
         pad = "  " * ev.depth
         line: str | None = None
         if ev.kind == "turn" and ev.phase == "start":
             line = "final answer turn" if d.get("last") else f"turn {d.get('turn', '?')}"
+            if ev.depth == 0:
+                self.written = 0
             if ev.depth == 0 and not d.get("last"):
                 self.turns = int(d.get("turn", self.turns + 1))
         elif ev.kind == "turn" and ev.phase == "end":

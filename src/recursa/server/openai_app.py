@@ -413,11 +413,11 @@ class RunResponse:
                 return
             if item is _DONE:
                 break
-            p = progress.feed(item)
+            p = progress.feed(item, deltas=True)   # deltas: the root's reply as it is written
             if p is None:
                 continue
             if self.config.progress == "reasoning":
-                await emit(self._chunk({"reasoning_content": p["line"] + "\n"},
+                await emit(self._chunk({"reasoning_content": progress.reasoning(p)},
                                        recursa_progress=p))
             else:
                 await emit(self._chunk({}, recursa_progress=p))

@@ -56,7 +56,7 @@ class DockerTransport(SubprocessTransport):
         await super().kill()
 
     def diagnostics(self) -> str:
-        rc = self._proc.returncode if self._proc else None
+        rc = self.returncode
         if rc == 125:   # docker's own status for "the daemon could not run the container"
             text = "docker could not run the container (exit status 125)"
         elif rc in (126, 127):

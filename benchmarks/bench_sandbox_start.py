@@ -1,0 +1,309 @@
+"""Benchmark: the cost of isolated sandbox starts, side by side in one run.
+
+    .venv/bin/python benchmarks/bench_sandbox_start.py            # 64 runs, 5 repeats
+    .venv/bin/python benchmarks/bench_sandbox_start.py --runs 16 --repeats 3
+
+Sides, each in its own driver process against its own scripted OpenAI-compatible server
+(127.0.0.1, every request waits --latency s):
+  local         sandbox="local" as shipped (bubblewrap as root: workers forked by the zygote)
+  local-spawn   sandbox="local" with RECURSA_ZYGOTE=0 (a bubblewrap + interpreter per run, one
+                pre-started spare): the previous default, for reference
+  inprocess     sandbox="inprocess" (no isolation): the floor
+
+Each repeat runs the sides one after another (interleaved, so machine load hits them alike):
+one RLM, a warm-up run, then `asyncio.gather` of --runs runs; each run is 2 root turns and one
+batch of --subcalls sub-calls (ideal wall time 3 x latency), and is checked (its own tag, all
+sub-calls answered). CPU is the driver's whole process tree (host, zygote, bubblewrap, workers)
+from its own cpuacct control group when the host has one, else getrusage (which misses workers
+that were killed). Then, per isolated side, 30 sandbox start+close cycles in a row measure the
+CPU of one isolated start at steady state, and the resident memory of an idle spare (the
+zygote, or a pre-started worker) and of one started, idle worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import RECURSA_PYTHON, Server, driver_main, run_driver  # noqa: E402
+
+SIDES = {"local": ("local", True), "local-spawn": ("local", False),
+         "inprocess": ("inprocess", True)}
+
+
+# ---------------------------------------------------------------- in the driver
+def _cpuacct_dir() -> str | None:
+    try:
+        for line in open("/proc/self/cgroup"):
+            _, ctrls, path = line.strip().split(":", 2)
+            if "cpuacct" in ctrls.split(","):
+                for mnt in ("/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu,cpuacct"):
+                    if os.path.isdir(mnt):
+                        return mnt + path.rstrip("/")
+    except OSError:
+        pass
+    return None
+
+
+def _join_own_cpuacct() -> str | None:
+    """Put this driver (and so everything it starts) in a cpuacct group of its own."""
+    base = _cpuacct_dir()
+    if base is None:
+        return None
+    for entry in os.listdir(base):   # groups of drivers that were killed
+        pid = entry.removeprefix("recursa-bench-")
+        if entry.startswith("recursa-bench-") and pid.isdigit() and \
+                not os.path.exists(f"/proc/{pid}"):
+            try:
+                os.rmdir(os.path.join(base, entry))
+            except OSError:
+                pass
+    d = os.path.join(base, f"recursa-bench-{os.getpid()}")
+    try:
+        os.mkdir(d)
+        with open(os.path.join(d, "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError:
+        return None
+    return d
+
+
+def _tree_cpu(group: str | None) -> float:
+    if group:
+        with open(os.path.join(group, "cpuacct.usage")) as f:
+            return int(f.read()) / 1e9
+    import resource
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def _mem_kb(pid: int) -> dict[str, int]:
+    """Rss, Pss and private (USS) kB of one process."""
+    out = {"rss": 0, "pss": 0, "uss": 0}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                kb = int(v.split()[0]) if v.split() else 0
+                if k == "Rss":
+                    out["rss"] = kb
+                elif k == "Pss":
+                    out["pss"] = kb
+                elif k in ("Private_Clean", "Private_Dirty"):
+                    out["uss"] += kb
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def _sum_mem(pids: list[int]) -> dict[str, float]:
+    tot = {"rss": 0, "pss": 0, "uss": 0}
+    for p in pids:
+        for k, v in _mem_kb(p).items():
+            tot[k] += v
+    return {f"{k}_mb": round(v / 1024, 1) for k, v in tot.items()} | {"processes": len(pids)}
+
+
+def _starts(sandbox: str, zygote: bool, group: str | None, n: int) -> dict[str, Any]:
+    """n sandbox start + one cell + close cycles in a row: CPU per cycle, and memory."""
+    import asyncio
+    import tempfile
+
+    from recursa.sandbox import make_sandbox
+    from recursa.sandbox.transport import descendants
+    from recursa.types import ContextPayload
+
+    tmp = tempfile.mkdtemp(prefix="bench-start-")
+    path = os.path.join(tmp, "ctx.txt")
+    with open(path, "w") as f:
+        f.write("shared context for every run\n" * 20)
+    payload = ContextPayload(path=path, kind="text", sha256="-", size_bytes=580)
+
+    async def handler(kind: str, args: dict) -> Any:
+        return "ok"
+
+    async def cycle() -> None:
+        sb = make_sandbox(sandbox)
+        await sb.start(payload, handler)
+        await sb.run("x = len(context)", timeout=30, max_output_chars=1000)
+        await sb.close()
+
+    async def main() -> dict[str, Any]:
+        for _ in range(3):
+            await cycle()
+        await asyncio.sleep(1.0)   # the next spare (if any) is up
+        c0, t0 = _tree_cpu(group), time.perf_counter()
+        for _ in range(n):
+            await cycle()
+        await asyncio.sleep(1.0)   # the spare started after the last take is counted too
+        cpu = (_tree_cpu(group) - c0) / n
+        out: dict[str, Any] = {"cycles": n, "cpu_ms_per_start_cell_close": round(cpu * 1e3, 2),
+                               "wall_ms_per_cycle": round((time.perf_counter() - t0 - 1) / n
+                                                          * 1e3, 1)}
+        # memory: the idle spare, and one started idle worker
+        if zygote:
+            from recursa.sandbox import forkserver
+            hosts = list(forkserver._HOSTS.values())
+            z = hosts[0].get() if hosts else None
+            if z is not None and z.pid:
+                out["idle_spare"] = _sum_mem([z.pid, *descendants(z.pid)])
+                out["idle_spare_is"] = "the zygote (bwrap, its init, the zygote interpreter)"
+        else:
+            from recursa.sandbox.local import POOL
+            pids = POOL.pids()
+            if pids:
+                out["idle_spare"] = _sum_mem([p for s in pids for p in (s, *descendants(s))])
+                out["idle_spare_is"] = "one pre-started worker (bwrap x2, the interpreter)"
+        sb = make_sandbox(sandbox)
+        await sb.start(payload, handler)
+        await sb.run("x = len(context)", timeout=30, max_output_chars=1000)
+        out["started_worker"] = _sum_mem(sb.processes())
+        await sb.close()
+        return out
+
+    return asyncio.run(main())
+
+
+def drive(p: dict[str, Any]) -> dict[str, Any]:
+    group = _join_own_cpuacct()
+    sandbox, zygote = SIDES[p["side"]]
+    if not zygote:
+        os.environ["RECURSA_ZYGOTE"] = "0"
+    import asyncio
+
+    from recursa import RLM
+    try:
+        rlm = RLM(model="openai:bench-model", base_url=p["base_url"], api_key="bench-key",
+                  sandbox=sandbox, max_iterations=6)
+        runs, n = p["runs"], p["subcalls"]
+
+        async def one(k: int) -> str:
+            try:
+                res = await rlm.acompletion(f"ROOTQ-tagbatch-{k}-{n}: which run is this?",
+                                            "shared context for every run\n" * 20)
+                return str(res.answer)
+            except Exception as e:
+                return f"raised {type(e).__name__}: {e}"
+
+        async def all_runs() -> tuple[list[str], float, float]:
+            await one(0)   # warm-up: clients, imports, the zygote or first spare
+            await asyncio.sleep(0.5)
+            c0, t0 = _tree_cpu(group), time.perf_counter()
+            got = list(await asyncio.gather(*(one(k) for k in range(runs))))
+            return got, time.perf_counter() - t0, _tree_cpu(group) - c0
+
+        answers, wall, cpu = asyncio.run(all_runs())
+        wrong = [f"run {k}: {a[:120]!r}" for k, a in enumerate(answers) if a != f"run-{k}"]
+        out: dict[str, Any] = {"wall_s": wall, "cpu_s": cpu, "n_wrong": len(wrong),
+                               "wrong": wrong[:3], "cpu_source": "cpuacct" if group else
+                               "rusage"}
+        if p.get("starts") and sandbox == "local":
+            out["starts"] = _starts(sandbox, zygote, group, p["starts"])
+        return out
+    finally:
+        if group:
+            _leave(group)
+
+
+def _leave(group: str) -> None:
+    """Stop what the driver started (zygotes, spares), leave the group and remove it."""
+    from recursa.sandbox import forkserver
+    from recursa.sandbox.local import POOL
+    forkserver.shutdown()
+    POOL.shutdown()
+    try:
+        with open(os.path.join(os.path.dirname(group), "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError:
+        return
+    for _ in range(50):   # the last processes may take a moment to exit
+        try:
+            os.rmdir(group)
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+# ---------------------------------------------------------------- the orchestrator
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=64)
+    ap.add_argument("--subcalls", type=int, default=8)
+    ap.add_argument("--latency", type=float, default=0.2)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--starts", type=int, default=30, help="start/close cycles per side")
+    ap.add_argument("--sides", default=",".join(SIDES))
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    sides = [s for s in a.sides.split(",") if s]
+    rows: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
+    for rep in range(a.repeats):
+        for side in sides:
+            with Server("scripted", latency=a.latency) as srv:
+                r = run_driver(RECURSA_PYTHON, "bench_sandbox_start",
+                               {"side": side, "base_url": srv.base_url, "runs": a.runs,
+                                "subcalls": a.subcalls,
+                                "starts": a.starts if rep == 0 else 0},
+                               timeout=600)
+            rows[side].append(r)
+            msg = r.get("error") or (f"wall {r['wall_s']:.2f} s, cpu {r['cpu_s']:.2f} s, "
+                                     f"wrong {r['n_wrong']}")
+            print(f"repeat {rep + 1}/{a.repeats} {side:12s} {msg}", file=sys.stderr, flush=True)
+
+    def med(side: str, key: str) -> float | None:
+        xs = [r[key] for r in rows[side] if key in r]
+        return statistics.median(xs) if xs else None
+
+    ideal = 3 * a.latency
+    print(f"\n{a.runs} concurrent runs in one process, one RLM; each run 2 root turns + "
+          f"{a.subcalls} sub-calls, latency {a.latency} s (ideal {ideal:.1f} s); "
+          f"median of {a.repeats} repeats, sides interleaved")
+    print(f"{'side':12s} {'wall s (min-max)':>22s} {'cpu s / run':>12s} {'wrong':>6s}")
+    for side in sides:
+        walls = [r["wall_s"] for r in rows[side] if "wall_s" in r]
+        w = med(side, "wall_s")
+        c = med(side, "cpu_s")
+        wrong = sum(r.get("n_wrong", 0) for r in rows[side])
+        errs = [r["error"] for r in rows[side] if "error" in r]
+        wtxt = f"{w:.2f} ({min(walls):.2f}-{max(walls):.2f})" if walls else "-"
+        ctxt = f"{c / a.runs * 1e3:.1f} ms" if c is not None else "-"
+        print(f"{side:12s} {wtxt:>22s} {ctxt:>12s} {wrong:>6d}" + (f"  errors: {errs[:1]}"
+                                                                    if errs else ""))
+    base = med("inprocess", "wall_s") if "inprocess" in rows else None
+    for side in sides:
+        w = med(side, "wall_s")
+        if base and w and side != "inprocess":
+            print(f"ratio {side} / inprocess (median wall): {w / base:.2f}x")
+    print("\nisolated starts at steady state (start + one cell + close, in a row):")
+    for side in sides:
+        st = next((r["starts"] for r in rows[side] if "starts" in r), None)
+        if not st:
+            continue
+        spare = st.get("idle_spare", {})
+        worker = st.get("started_worker", {})
+        print(f"{side:12s} cpu {st['cpu_ms_per_start_cell_close']:.1f} ms per cycle, wall "
+              f"{st['wall_ms_per_cycle']:.1f} ms; idle spare: rss {spare.get('rss_mb')} MB, "
+              f"pss {spare.get('pss_mb')} MB, private {spare.get('uss_mb')} MB "
+              f"({st.get('idle_spare_is', '-')}); a started idle worker: private "
+              f"{worker.get('uss_mb')} MB, pss {worker.get('pss_mb')} MB in "
+              f"{worker.get('processes')} processes")
+    src = {r.get("cpu_source") for rs in rows.values() for r in rs if "cpu_source" in r}
+    print(f"cpu measured with: {', '.join(sorted(src)) or '-'} (the driver's whole tree)")
+    if a.out:
+        Path(a.out).write_text(json.dumps({"args": vars(a), "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "--drive":
+        driver_main(drive)
+    else:
+        sys.exit(main())
