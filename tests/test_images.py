@@ -306,9 +306,12 @@ def test_crop_without_pillow_is_a_clear_error(tmp_path):
     assert "Pillow is not available in this sandbox" in res.answer
 
 
-def test_local_sandbox_shows_pillow_and_nothing_else_of_site_packages():
+@pytest.mark.parametrize("opts", [{}, {"zygote": False}, {"isolation": "limits"}],
+                         ids=["zygote", "own-bwrap", "limits"])
+def test_local_sandbox_shows_pillow_and_nothing_else_of_site_packages(opts):
+    from recursa.sandbox.local import LocalSandbox
     code = ("import PIL\ntry:\n    import numpy\n    r = 'numpy visible'\n"
             "except ImportError:\n    r = 'only PIL'\nFINAL(r + ' ' + str(context.crop((0, 0, 2, 3)).size))")
-    res = RLM(model=ReplayClient(_root(code)), sandbox="local").completion(
+    res = RLM(model=ReplayClient(_root(code)), sandbox=lambda: LocalSandbox(**opts)).completion(
         "q", context=Image.from_bytes(quadrants()))
     assert res.answer == "only PIL (2, 3)", res.error
