@@ -4,9 +4,10 @@
                                   api_key="s3cret", limits={"max_cost_usd": 1.0}))
     serve(app, host="127.0.0.1", port=8000)          # or any ASGI server
 
-The request's final user message is the query; every other message, an optional `context` field
-and attached text files become the RLM's context (docs/server.md has the rules, the progress
-streaming format and the error shapes).
+The request's final user message is the query (less any document pasted into it); the pasted
+document, a long system prompt, earlier turns, an optional `context` field and attached text
+files become the RLM's context; a short system prompt is added to the query as instructions
+(docs/server.md has the rules, the progress streaming format and the error shapes).
 
 Built on Starlette + uvicorn rather than FastAPI: the API is two routes whose request bodies we
 must parse ourselves anyway (the size limit applies *before* JSON parsing, and errors must use
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -39,6 +41,7 @@ from starlette.types import Receive, Scope, Send
 from recursa.budget import Budget
 from recursa.rlm import RLM
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
+from recursa.server.paste import SHORT, split_document, tagged_context
 from recursa.types import ContextError, Event, ModelClient, RecursaError, Result
 
 log = logging.getLogger("recursa.server")
@@ -83,15 +86,46 @@ class ServerConfig:
     keepalive_s: float = 15.0
     progress: Literal["reasoning", "field", "none"] = "reasoning"
     rlm_factory: Callable[[ServerConfig, RunSpec], RLM] | None = None
+    # Model clients by spec, built once and shared by every request's RLM, so requests reuse
+    # the keep-alive (and TLS) connections to the upstream instead of opening their own.
+    shared_clients: dict[str, ModelClient] = field(default_factory=dict, repr=False)
 
     def caps(self) -> Budget:
         return Budget(**self.limits)
 
+    def client(self, spec: str | ModelClient | None, *, root: bool = False
+               ) -> str | ModelClient | None:
+        """The shared client for a model spec (built on first use), with the endpoint and key
+        RLM itself would give it: the sub-model gets --base-url and the key only when it is of
+        the root's provider."""
+        if not isinstance(spec, str):
+            return spec
+        if spec not in self.shared_clients:
+            from recursa.models import make_client
+            provider = spec.split(":", 1)[0]
+            same = root or (isinstance(self.model, str) and
+                            self.model.split(":", 1)[0] == provider)
+            base_url = self.base_url if root else (self.sub_base_url or
+                                                  (self.base_url if same else None))
+            opts: dict[str, Any] = {}
+            if base_url and provider not in ("local", "replay"):   # as RLM._client does
+                opts["base_url"] = base_url
+            if self.upstream_api_key and same:
+                opts["api_key"] = self.upstream_api_key
+            self.shared_clients[spec] = make_client(spec, **opts)
+        return self.shared_clients[spec]
+
+    async def aclose_clients(self) -> None:
+        clients, self.shared_clients = list(self.shared_clients.values()), {}
+        for c in clients:
+            with contextlib.suppress(Exception):
+                await c.aclose()
+
 
 def default_rlm_factory(config: ServerConfig, spec: RunSpec) -> RLM:
-    return RLM(model=config.model, sub_model=spec.sub_model or config.sub_model,
-               base_url=config.base_url, sub_base_url=config.sub_base_url,
-               api_key=config.upstream_api_key,
+    sub = spec.sub_model or config.sub_model
+    return RLM(model=config.client(config.model, root=True),
+               sub_model=None if sub is None else config.client(sub),
                sandbox=config.sandbox, concurrency=config.concurrency,
                max_output_chars=config.max_output_chars, trace_dir=config.trace_dir,
                on_event=spec.on_event, **config.limits)
@@ -156,12 +190,12 @@ def _text_of_file(part: dict[str, Any]) -> tuple[str, str]:
     return name, raw.decode("utf-8", errors="replace")
 
 
-def _split_content(content: Any) -> tuple[str, list[tuple[str, str]]]:
-    """A message's text and its attached files."""
+def _split_content(content: Any) -> tuple[list[str], list[tuple[str, str]]]:
+    """A message's text parts and its attached files."""
     if content is None:
-        return "", []
+        return [], []
     if isinstance(content, str):
-        return content, []
+        return [content], []
     if not isinstance(content, list):
         raise RequestError("message content must be a string or a list of parts",
                            param="messages")
@@ -176,7 +210,7 @@ def _split_content(content: Any) -> tuple[str, list[tuple[str, str]]]:
         else:
             raise RequestError(f"unsupported content part type {kind!r} (text and file only)",
                                param="messages")
-    return "\n".join(texts), files
+    return texts, files
 
 
 def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
@@ -194,21 +228,36 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
     if last is None:
         raise RequestError("no user message: the final user message is the query",
                            param="messages")
-    query, files = _split_content(messages[last].get("content"))
-    query = query.strip()
+    texts, files = _split_content(messages[last].get("content"))
+    # A document pasted into the question's message is context, not query (paste.py has the
+    # shapes chat clients use).
+    query, document = split_document(texts)
     if not query:
         raise RequestError("the final user message has no text to use as the query",
                            param="messages")
+    documents = [document] if document else []
 
-    # Every other message becomes a transcript the RLM can read as context.
+    # A short system prompt is an instruction for the answer and goes with the query; a long one
+    # is a document (`llm -s "$(cat report.txt)" "question"`). Other turns are a transcript.
+    instructions: list[str] = []
     lines: list[str] = []
     for i, m in enumerate(messages):
         if i == last:
             continue
-        text, more = _split_content(m.get("content"))
+        parts_i, more = _split_content(m.get("content"))
         files.extend(more)
-        if text.strip():
-            lines.append(f"[{m.get('role', 'user')}]\n{text}")
+        text = "\n".join(parts_i)
+        if not text.strip():
+            continue
+        role = m.get("role", "user")
+        if role in ("system", "developer"):
+            _, tagged = tagged_context(text)
+            if tagged is None and len(text) <= SHORT:
+                instructions.append(text.strip())
+            else:
+                documents.append(tagged or text)
+            continue
+        lines.append(f"[{role}]\n{text}")
     parts: dict[str, Any] = {}
     if "context" in body and body["context"] is not None:
         given = body["context"]
@@ -218,6 +267,8 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
             raise RequestError("`context` is empty: there is nothing to answer the query over",
                                param="context")
         parts["context"] = given
+    if documents:
+        parts["document"] = "\n\n".join(documents)
     if lines:
         parts["conversation"] = "\n\n".join(lines)
     if files:
@@ -231,15 +282,19 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
         parts["files"] = names
     if not parts:
         # Nothing but the question: like rlm_query without a context, the message itself is the
-        # context, so a plain chat client pasting a huge document still gets an RLM over it.
+        # context, so a chat client pasting a huge document still gets an RLM over it. The
+        # query shows both ends, where a question usually is.
         context: Any = query
         if len(query) > QUERY_PREVIEW:
-            query = query[:QUERY_PREVIEW] + " ...\n(The full request is the REPL variable " \
-                "`context`.)"
+            half = QUERY_PREVIEW // 2
+            query = f"{query[:half]}\n...\n{query[-half:]}\n(The full request is the REPL " \
+                "variable `context`.)"
     elif len(parts) == 1:
         context = next(iter(parts.values()))
     else:
         context = parts
+    if instructions:
+        query += "\n\nInstructions from the chat's system prompt:\n" + "\n".join(instructions)
 
     rec = body.get("recursa") or {}
     if not isinstance(rec, dict):
@@ -542,7 +597,26 @@ def create_app(config: ServerConfig) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "running": slots.used, "max_runs": slots.size})
 
-    app = Starlette(routes=[
+    async def http_error(request: Request, exc: Exception) -> Response:
+        # Starlette's own 404 / 405 are plain text; OpenAI clients expect their error shape.
+        assert isinstance(exc, HTTPException)
+        where = f"{request.method} {request.url.path}"
+        if exc.status_code == 404:
+            return error_response(404, f"unknown route {where}; this server serves GET "
+                                  "/v1/models, GET /v1/models/{model}, POST /v1/chat/completions "
+                                  "and GET /health", code="unknown_url")
+        if exc.status_code == 405:
+            allow = (exc.headers or {}).get("Allow", "")
+            return error_response(405, f"method not allowed: {where} (allowed: {allow})",
+                                  code="method_not_allowed", headers=exc.headers)
+        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        yield
+        await config.aclose_clients()
+
+    app = Starlette(lifespan=lifespan, exception_handlers={HTTPException: http_error}, routes=[
         Route("/v1/models", guarded(models), methods=["GET"]),
         Route("/v1/models/{name:path}", guarded(model), methods=["GET"]),
         Route("/v1/chat/completions", guarded(chat), methods=["POST"]),
