@@ -457,13 +457,13 @@ def pillow_site() -> str | None:
     return str(Path(next(iter(spec.submodule_search_locations))).resolve().parent)
 
 
-def from_content_part(part: dict[str, Any], n: int) -> tuple[str, Image]:
-    """An OpenAI `image_url` content part -> (a name like 'image1.png', Image). Only data URLs:
-    an http(s) URL is refused (ImageError), since recursa fetches nothing from the network."""
+def from_content_part(part: dict[str, Any], n: int | None = None) -> tuple[str, Image]:
+    """An OpenAI `image_url` content part -> (a name like 'image.png' or 'image3.png', Image).
+    Only data URLs: an http(s) URL is refused (ImageError), since recursa fetches nothing."""
     url = part.get("image_url")
     url = url.get("url") if isinstance(url, dict) else url
     if not isinstance(url, str) or not url:
         raise ImageError("an image_url content part needs image_url.url (a data: URL)")
-    img = Image.from_data_url(url, name=f"image {n}")
-    name = f"image{n}.{'jpg' if img.format == 'jpeg' else img.format}"
+    img = Image.from_data_url(url, name="image" if n is None else f"image {n}")
+    name = f"image{'' if n is None else n}.{'jpg' if img.format == 'jpeg' else img.format}"
     return name, dataclasses.replace(img, name=name)
