@@ -156,7 +156,9 @@ def describe(value: Any, *, source: str | None = None, notes: list[str] | None =
                  for v in value.values()]
         total = sum(sizes)
         is_tree = source is not None and source.startswith("directory")
-        kind = "files (relative path -> text)" if is_tree else "keys"
+        has_img = any(isinstance(v, images.Image) for v in value.values())
+        kind = ("files (relative path -> text" + (" or Image)" if has_img else ")")
+                if is_tree else "keys")
         lines.append(f"type: dict with {len(keys):,} {kind}, {total:,} characters of values "
                      f"(~{estimate_tokens(total):,} tokens)")
         lines.append(f"value sizes: {_spread(sizes)}")
