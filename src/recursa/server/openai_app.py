@@ -40,6 +40,7 @@ from starlette.types import Receive, Scope, Send
 
 from recursa.budget import Budget
 from recursa.images import Image, ImageError, from_content_part, sniff
+from recursa.preflight import PreflightError
 from recursa.rlm import RLM
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
 from recursa.server.paste import SHORT, split_document, tagged_context
@@ -169,6 +170,7 @@ class ChatRun:
     clamped: list[str]
     sub_model: str | None
     model_name: str
+    output: Any = None                  # an OutputSpec from `response_format`, or None
 
 
 def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
@@ -335,11 +337,44 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
                                f"{', '.join(sorted(allowed)) or '(none)'}",
                                param="recursa.sub_model", code="sub_model_not_allowed")
     limits, clamped = clamp_limits(config.caps(), rec)
+    output = _output_spec(body.get("response_format"))
     opts = body.get("stream_options") or {}
     return ChatRun(query=query, context=context, stream=bool(body.get("stream")),
                    include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
                    limits=limits, clamped=clamped, sub_model=sub_model,
-                   model_name=str(body.get("model") or config.served_model))
+                   model_name=str(body.get("model") or config.served_model), output=output)
+
+
+def _output_spec(fmt: Any) -> Any:
+    """`response_format`: json_schema -> the answer must match it; json_object -> any object."""
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    from recursa.output import OutputSpec
+    if kind == "json_object":
+        return OutputSpec.of({"type": "object"})
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise RequestError("response_format.json_schema.schema must be a JSON schema object",
+                               param="response_format")
+        try:
+            return OutputSpec.of(schema)
+        except ValueError as e:
+            raise RequestError(f"response_format: {e}", param="response_format") from None
+    raise RequestError("response_format.type must be text, json_object or json_schema",
+                       param="response_format")
+
+
+def answer_content(result: Result, run: ChatRun) -> str:
+    """The reply's text: the validated JSON for a typed request, else the answer (a typed
+    request whose answer never validated keeps the answer; `recursa.output_error` says why)."""
+    if run.output is not None and result.parsed is not None:
+        return json.dumps(result.parsed, ensure_ascii=False)
+    return result.answer
 
 
 # ---------------------------------------------------------------- responses
@@ -356,7 +391,10 @@ def finish_reason(result: Result) -> str:
 
 
 def _recursa_field(result: Result, run: ChatRun) -> dict[str, Any]:
-    return {**summary(result), "limits": run.limits, "clamped": run.clamped}
+    out = {**summary(result), "limits": run.limits, "clamped": run.clamped}
+    if run.output is not None:
+        out["output_error"] = result.output_error
+    return out
 
 
 _DONE, _GONE = object(), object()
@@ -407,12 +445,16 @@ class RunResponse:
                     sub_model=self.run.sub_model,
                     on_event=on_event if self.run.stream and self.config.progress != "none"
                     else None))
+            except PreflightError as e:    # e.g. a cost cap on a model with no price
+                await error_response(400, str(e), code="preflight_failed")(scope, receive, send)
+                return
             except (RecursaError, ValueError, TypeError, OSError) as e:
                 log.exception("could not build the RLM for %s", self.id)
                 await error_response(500, f"cannot start the run: {e}", type_="server_error")(
                     scope, receive, send)
                 return
             task = asyncio.create_task(rlm.acompletion(self.run.query, self.run.context,
+                                                       output=self.run.output,
                                                        **self.run.limits))
             task.add_done_callback(lambda _t: queue.put_nowait(_DONE))
             watcher = asyncio.create_task(watch())
@@ -436,6 +478,8 @@ class RunResponse:
             return task.result()
         except ContextError as e:
             return error_response(400, str(e), param="context")
+        except PreflightError as e:    # a request the server cannot run as asked: nothing spent
+            return error_response(400, str(e), code="preflight_failed")
         except (RecursaError, ValueError, TypeError) as e:
             return error_response(500, f"{type(e).__name__}: {e}", type_="server_error")
         except Exception as e:  # noqa: BLE001 - a failed run is reported, never a crash
@@ -462,7 +506,8 @@ class RunResponse:
                 "id": self.id, "object": "chat.completion", "created": self.created,
                 "model": self.run.model_name,
                 "choices": [{"index": 0, "finish_reason": finish_reason(out), "logprobs": None,
-                             "message": {"role": "assistant", "content": out.answer,
+                             "message": {"role": "assistant",
+                                         "content": answer_content(out, self.run),
                                          "refusal": None}}],
                 "usage": openai_usage(out), "recursa": _recursa_field(out, self.run)})
         # The watcher task owns `receive`; a JSON response never reads it.
@@ -510,8 +555,9 @@ class RunResponse:
             await emit(json.loads(bytes(failed.body)))
         else:
             assert isinstance(out, Result)
-            for i in range(0, len(out.answer), ANSWER_CHUNK):
-                await emit(self._chunk({"content": out.answer[i:i + ANSWER_CHUNK]}))
+            content = answer_content(out, self.run)
+            for i in range(0, len(content), ANSWER_CHUNK):
+                await emit(self._chunk({"content": content[i:i + ANSWER_CHUNK]}))
             await emit(self._chunk({}, finish_reason(out),
                                    recursa=_recursa_field(out, self.run)))
             if self.run.include_usage:
