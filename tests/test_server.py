@@ -289,6 +289,8 @@ def test_long_system_prompt_is_a_document_and_unsplittable_text_stays_whole() ->
     ({"messages": [{"role": "user", "content": "q"}], "recursa": {"sub_model": "openai:x"}},
      "not allowed"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+     "needs image_url.url"),
+    ({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
      "unsupported content part"),
     ({"messages": [{"role": "user", "content": "q"}], "n": 2}, "n=1"),
 ])

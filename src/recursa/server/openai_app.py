@@ -39,6 +39,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from recursa.budget import Budget
+from recursa.images import Image, ImageError, from_content_part, sniff
 from recursa.preflight import PreflightError
 from recursa.rlm import RLM
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
@@ -180,8 +181,21 @@ class ChatRun:
     session: dict[str, Any] | None = None    # the session it ran in: id, question, reused
 
 
-def _text_of_file(part: dict[str, Any]) -> tuple[str, str]:
-    """(filename, text) of an attached file given inline as base64 `file_data`."""
+def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
+    """An `image_url` part with a data URL; an http(s) URL is refused (no network here)."""
+    try:
+        return from_content_part(part)
+    except ImageError as e:
+        url = part.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        remote = isinstance(url, str) and not url.startswith("data:")
+        raise RequestError(str(e), param="messages",
+                           code="image_url_not_supported" if remote else "invalid_image") from e
+
+
+def _text_of_file(part: dict[str, Any]) -> tuple[str, Any]:
+    """(filename, text) of an attached file given inline as base64 `file_data` (an image file:
+    (filename, Image))."""
     f = part.get("file") if isinstance(part.get("file"), dict) else {}
     data = f.get("file_data")
     name = str(f.get("filename") or "file")
@@ -194,13 +208,18 @@ def _text_of_file(part: dict[str, Any]) -> tuple[str, str]:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as e:
         raise RequestError(f"file {name!r}: file_data is not valid base64", param="messages") from e
+    if sniff(raw[:16]):
+        try:
+            return name, Image.from_bytes(raw, name=name)
+        except ImageError as e:
+            raise RequestError(str(e), param="messages", code="invalid_image") from e
     if b"\x00" in raw[:8192]:
-        raise RequestError(f"file {name!r} looks binary; only text files can be context",
+        raise RequestError(f"file {name!r} looks binary; only text and image files can be context",
                            param="messages")
     return name, raw.decode("utf-8", errors="replace")
 
 
-def _split_content(content: Any) -> tuple[list[str], list[tuple[str, str]]]:
+def _split_content(content: Any) -> tuple[list[str], list[tuple[str, Any]]]:
     """A message's text parts and its attached files."""
     if content is None:
         return [], []
@@ -210,16 +229,18 @@ def _split_content(content: Any) -> tuple[list[str], list[tuple[str, str]]]:
         raise RequestError("message content must be a string or a list of parts",
                            param="messages")
     texts: list[str] = []
-    files: list[tuple[str, str]] = []
+    files: list[tuple[str, Any]] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text":
             texts.append(str(part.get("text") or ""))
         elif kind == "file":
             files.append(_text_of_file(part))
+        elif kind == "image_url":
+            files.append(_image_of_part(part))
         else:
-            raise RequestError(f"unsupported content part type {kind!r} (text and file only)",
-                               param="messages")
+            raise RequestError(f"unsupported content part type {kind!r} (text, image_url and "
+                               "file only)", param="messages")
     return texts, files
 
 
@@ -283,14 +304,17 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
     if lines:
         parts["conversation"] = "\n\n".join(lines)
     if files:
-        names: dict[str, str] = {}
+        names: dict[str, Any] = {}
         for name, text in files:
             key, n = name, 1
             while key in names:   # two attachments with one name keep both
                 n += 1
-                key = f"{name} ({n})"
+                key = f"{name} ({n})" if isinstance(text, str) else name.replace(".", f"-{n}.")
             names[key] = text
-        parts["files"] = names
+        # images (image_url parts, image files) are `images`, the rest `files`
+        split = {k: {n: v for n, v in names.items() if isinstance(v, Image) is (k == "images")}
+                 for k in ("files", "images")}
+        parts.update({k: v for k, v in split.items() if v})
     if not parts:
         # Nothing but the question: like rlm_query without a context, the message itself is the
         # context, so a chat client pasting a huge document still gets an RLM over it. The
