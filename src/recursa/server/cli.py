@@ -99,7 +99,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
-def _name(spec: Any) -> str:
+def _name(spec: Any) -> str | None:
     return spec if isinstance(spec, str) or spec is None else getattr(spec, "name", "?")
 
 

@@ -27,7 +27,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -142,7 +142,7 @@ def default_rlm_factory(config: ServerConfig, spec: RunSpec) -> RLM:
 # ---------------------------------------------------------------- errors
 def error_response(status: int, message: str, *, type_: str = "invalid_request_error",
                    param: str | None = None, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: Mapping[str, str] | None = None) -> JSONResponse:
     """OpenAI's error shape, so official clients raise their usual typed errors."""
     return JSONResponse({"error": {"message": message, "type": type_, "param": param,
                                    "code": code}}, status_code=status, headers=headers)
@@ -196,7 +196,9 @@ def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
 def _text_of_file(part: dict[str, Any]) -> tuple[str, Any]:
     """(filename, text) of an attached file given inline as base64 `file_data` (an image file:
     (filename, Image))."""
-    f = part.get("file") if isinstance(part.get("file"), dict) else {}
+    f = part.get("file")
+    if not isinstance(f, dict):
+        f = {}
     data = f.get("file_data")
     name = str(f.get("filename") or "file")
     if not isinstance(data, str):
