@@ -115,6 +115,7 @@ def make_server(scripted: Scripted, sandboxes: CountingSandboxes | None = None,
         return RLM(model=scripted.root, sub_model=scripted.sub, sandbox=boxes,
                    on_event=spec.on_event, **cfg.limits)
     config.setdefault("api_key", KEY)
+    config.setdefault("sessions", 0)   # one sandbox per request here (test_server_sessions.py)
     cfg = ServerConfig(model=scripted.root, rlm_factory=factory, **config)
     return Server(create_app(cfg))
 
@@ -288,6 +289,8 @@ def test_long_system_prompt_is_a_document_and_unsplittable_text_stays_whole() ->
     ({"messages": [{"role": "user", "content": "q"}], "recursa": {"sub_model": "openai:x"}},
      "not allowed"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+     "needs image_url.url"),
+    ({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
      "unsupported content part"),
     ({"messages": [{"role": "user", "content": "q"}], "n": 2}, "n=1"),
 ])
@@ -696,3 +699,50 @@ def test_progress_is_streamed_while_the_run_is_still_going() -> None:
             if chunk.choices and chunk.choices[0].delta.content:
                 answer += chunk.choices[0].delta.content
     assert answer == "saw progress live"
+
+
+# ---------------------------------------------------------------- typed answers
+def test_response_format_json_schema_validates_and_retries() -> None:
+    """The first committed answer misses a field and is sent back; the reply is the valid JSON."""
+    def root(messages: list[dict[str, Any]]) -> str:
+        if any("does not match" in str(m.get("content")) for m in messages):
+            return code('FINAL(\'{"city": "Oslo", "people": 709000}\')')
+        return code("FINAL('{\"city\": \"Oslo\"}')")
+    schema = {"type": "object", "required": ["city", "people"],
+              "properties": {"city": {"type": "string"}, "people": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    with make_server(Scripted(root)) as server:
+        c = server.client()
+        resp = c.chat.completions.create(model="recursa", response_format=fmt,
+                                         messages=[{"role": "user", "content": "Which city?"}],
+                                         extra_body={"context": "Oslo has 709000 people."})
+        assert json.loads(resp.choices[0].message.content) == {"city": "Oslo", "people": 709000}
+        rec = resp.model_extra["recursa"]
+        assert rec["output_error"] is None and rec["turns"] == 2
+        chunks = list(c.chat.completions.create(
+            model="recursa", response_format=fmt, stream=True,
+            messages=[{"role": "user", "content": "Which city?"}],
+            extra_body={"context": "Oslo has 709000 people."}))
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        assert json.loads(text)["people"] == 709000
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}],
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "x", "schema": {"type": "nonsense"}}})
+        assert e.value.body["param"] == "response_format"
+
+
+def test_a_cost_cap_on_an_unpriced_model_is_a_400_and_spends_nothing() -> None:
+    calls: list[int] = []
+
+    def root(messages: list[dict[str, Any]]) -> str:
+        calls.append(1)
+        return code("FINAL('x')")
+    with make_server(Scripted(root, cost=None)) as server:
+        with pytest.raises(openai.BadRequestError) as e:
+            server.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}],
+                extra_body={"context": "c", "recursa": {"max_cost_usd": 0.01}})
+        assert e.value.code == "preflight_failed" and "price" in e.value.message
+        assert calls == []

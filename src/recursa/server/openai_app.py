@@ -27,7 +27,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -39,9 +39,12 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from recursa.budget import Budget
+from recursa.images import Image, ImageError, from_content_part, sniff
+from recursa.preflight import PreflightError
 from recursa.rlm import RLM
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
 from recursa.server.paste import SHORT, split_document, tagged_context
+from recursa.server.sessions import SessionPool, Turn, ask, chat_turn
 from recursa.types import ContextError, Event, ModelClient, RecursaError, Result
 
 log = logging.getLogger("recursa.server")
@@ -86,6 +89,11 @@ class ServerConfig:
     keepalive_s: float = 15.0
     progress: Literal["reasoning", "field", "none"] = "reasoning"
     rlm_factory: Callable[[ServerConfig, RunSpec], RLM] | None = None
+    # sessions: a conversation whose earlier turns come back continues in the same sandbox
+    # (server/sessions.py); at most `sessions` idle ones (0: off), each closed after
+    # `session_ttl_s` unused
+    sessions: int = 16
+    session_ttl_s: float = 600.0
     # Model clients by spec, built once and shared by every request's RLM, so requests reuse
     # the keep-alive (and TLS) connections to the upstream instead of opening their own.
     shared_clients: dict[str, ModelClient] = field(default_factory=dict, repr=False)
@@ -134,7 +142,7 @@ def default_rlm_factory(config: ServerConfig, spec: RunSpec) -> RLM:
 # ---------------------------------------------------------------- errors
 def error_response(status: int, message: str, *, type_: str = "invalid_request_error",
                    param: str | None = None, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: Mapping[str, str] | None = None) -> JSONResponse:
     """OpenAI's error shape, so official clients raise their usual typed errors."""
     return JSONResponse({"error": {"message": message, "type": type_, "param": param,
                                    "code": code}}, status_code=status, headers=headers)
@@ -168,11 +176,29 @@ class ChatRun:
     clamped: list[str]
     sub_model: str | None
     model_name: str
+    output: Any = None                       # an OutputSpec from `response_format`, or None
+    turn: Turn | None = None                 # what sessions make of it (server/sessions.py)
+    session: dict[str, Any] | None = None    # the session it ran in: id, question, reused
 
 
-def _text_of_file(part: dict[str, Any]) -> tuple[str, str]:
-    """(filename, text) of an attached file given inline as base64 `file_data`."""
-    f = part.get("file") if isinstance(part.get("file"), dict) else {}
+def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
+    """An `image_url` part with a data URL; an http(s) URL is refused (no network here)."""
+    try:
+        return from_content_part(part)
+    except ImageError as e:
+        url = part.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        remote = isinstance(url, str) and not url.startswith("data:")
+        raise RequestError(str(e), param="messages",
+                           code="image_url_not_supported" if remote else "invalid_image") from e
+
+
+def _text_of_file(part: dict[str, Any]) -> tuple[str, Any]:
+    """(filename, text) of an attached file given inline as base64 `file_data` (an image file:
+    (filename, Image))."""
+    f = part.get("file")
+    if not isinstance(f, dict):
+        f = {}
     data = f.get("file_data")
     name = str(f.get("filename") or "file")
     if not isinstance(data, str):
@@ -184,13 +210,18 @@ def _text_of_file(part: dict[str, Any]) -> tuple[str, str]:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as e:
         raise RequestError(f"file {name!r}: file_data is not valid base64", param="messages") from e
+    if sniff(raw[:16]):
+        try:
+            return name, Image.from_bytes(raw, name=name)
+        except ImageError as e:
+            raise RequestError(str(e), param="messages", code="invalid_image") from e
     if b"\x00" in raw[:8192]:
-        raise RequestError(f"file {name!r} looks binary; only text files can be context",
+        raise RequestError(f"file {name!r} looks binary; only text and image files can be context",
                            param="messages")
     return name, raw.decode("utf-8", errors="replace")
 
 
-def _split_content(content: Any) -> tuple[list[str], list[tuple[str, str]]]:
+def _split_content(content: Any) -> tuple[list[str], list[tuple[str, Any]]]:
     """A message's text parts and its attached files."""
     if content is None:
         return [], []
@@ -200,16 +231,18 @@ def _split_content(content: Any) -> tuple[list[str], list[tuple[str, str]]]:
         raise RequestError("message content must be a string or a list of parts",
                            param="messages")
     texts: list[str] = []
-    files: list[tuple[str, str]] = []
+    files: list[tuple[str, Any]] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text":
             texts.append(str(part.get("text") or ""))
         elif kind == "file":
             files.append(_text_of_file(part))
+        elif kind == "image_url":
+            files.append(_image_of_part(part))
         else:
-            raise RequestError(f"unsupported content part type {kind!r} (text and file only)",
-                               param="messages")
+            raise RequestError(f"unsupported content part type {kind!r} (text, image_url and "
+                               "file only)", param="messages")
     return texts, files
 
 
@@ -236,6 +269,7 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
         raise RequestError("the final user message has no text to use as the query",
                            param="messages")
     documents = [document] if document else []
+    new_context = bool(document or files)     # the question brings context: a new session
 
     # A short system prompt is an instruction for the answer and goes with the query; a long one
     # is a document (`llm -s "$(cat report.txt)" "question"`). Other turns are a transcript.
@@ -272,14 +306,17 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
     if lines:
         parts["conversation"] = "\n\n".join(lines)
     if files:
-        names: dict[str, str] = {}
+        names: dict[str, Any] = {}
         for name, text in files:
             key, n = name, 1
             while key in names:   # two attachments with one name keep both
                 n += 1
-                key = f"{name} ({n})"
+                key = f"{name} ({n})" if isinstance(text, str) else name.replace(".", f"-{n}.")
             names[key] = text
-        parts["files"] = names
+        # images (image_url parts, image files) are `images`, the rest `files`
+        split = {k: {n: v for n, v in names.items() if isinstance(v, Image) is (k == "images")}
+                 for k in ("files", "images")}
+        parts.update({k: v for k, v in split.items() if v})
     if not parts:
         # Nothing but the question: like rlm_query without a context, the message itself is the
         # context, so a chat client pasting a huge document still gets an RLM over it. The
@@ -311,11 +348,48 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
                                f"{', '.join(sorted(allowed)) or '(none)'}",
                                param="recursa.sub_model", code="sub_model_not_allowed")
     limits, clamped = clamp_limits(config.caps(), rec)
+    output = _output_spec(body.get("response_format"))
     opts = body.get("stream_options") or {}
+    # a session goes on only with what shaped it: the sub-model, the caller's `user`, `context`
+    turn = chat_turn(messages, last, new_context=new_context,
+                     scope=[sub_model, body.get("user"), body.get("context")])
     return ChatRun(query=query, context=context, stream=bool(body.get("stream")),
                    include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
                    limits=limits, clamped=clamped, sub_model=sub_model,
-                   model_name=str(body.get("model") or config.served_model))
+                   model_name=str(body.get("model") or config.served_model), output=output,
+                   turn=turn)
+
+
+def _output_spec(fmt: Any) -> Any:
+    """`response_format`: json_schema -> the answer must match it; json_object -> any object."""
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    from recursa.output import OutputSpec
+    if kind == "json_object":
+        return OutputSpec.of({"type": "object"})
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise RequestError("response_format.json_schema.schema must be a JSON schema object",
+                               param="response_format")
+        try:
+            return OutputSpec.of(schema)
+        except ValueError as e:
+            raise RequestError(f"response_format: {e}", param="response_format") from None
+    raise RequestError("response_format.type must be text, json_object or json_schema",
+                       param="response_format")
+
+
+def answer_content(result: Result, run: ChatRun) -> str:
+    """The reply's text: the validated JSON for a typed request, else the answer (a typed
+    request whose answer never validated keeps the answer; `recursa.output_error` says why)."""
+    if run.output is not None and result.parsed is not None:
+        return json.dumps(result.parsed, ensure_ascii=False)
+    return result.answer
 
 
 # ---------------------------------------------------------------- responses
@@ -332,7 +406,12 @@ def finish_reason(result: Result) -> str:
 
 
 def _recursa_field(result: Result, run: ChatRun) -> dict[str, Any]:
-    return {**summary(result), "limits": run.limits, "clamped": run.clamped}
+    out = {**summary(result), "limits": run.limits, "clamped": run.clamped}
+    if run.output is not None:
+        out["output_error"] = result.output_error
+    if run.session is not None:
+        out["session"] = run.session
+    return out
 
 
 _DONE, _GONE = object(), object()
@@ -346,10 +425,12 @@ class RunResponse:
     whatever happens, including a client gone before the first byte.
     """
 
-    def __init__(self, config: ServerConfig, run: ChatRun, release: Callable[[], None]):
+    def __init__(self, config: ServerConfig, run: ChatRun, release: Callable[[], None],
+                 pool: SessionPool | None = None):
         self.config = config
         self.run = run
         self.release = release
+        self.pool = pool if run.turn is not None else None
         self.id = "chatcmpl-" + uuid.uuid4().hex[:24]
         self.created = int(time.time())
 
@@ -378,18 +459,23 @@ class RunResponse:
 
         try:
             factory = self.config.rlm_factory or default_rlm_factory
-            try:
+            progress = on_event if self.run.stream and self.config.progress != "none" else None
+            try:   # in a session, the progress hook is this request's, not the RLM's
                 rlm = factory(self.config, RunSpec(
                     sub_model=self.run.sub_model,
-                    on_event=on_event if self.run.stream and self.config.progress != "none"
-                    else None))
+                    on_event=None if self.pool is not None else progress))
+            except PreflightError as e:    # e.g. a cost cap on a model with no price
+                await error_response(400, str(e), code="preflight_failed")(scope, receive, send)
+                return
             except (RecursaError, ValueError, TypeError, OSError) as e:
                 log.exception("could not build the RLM for %s", self.id)
                 await error_response(500, f"cannot start the run: {e}", type_="server_error")(
                     scope, receive, send)
                 return
-            task = asyncio.create_task(rlm.acompletion(self.run.query, self.run.context,
-                                                       **self.run.limits))
+            task = asyncio.create_task(
+                self._in_session(rlm, progress) if self.pool is not None else
+                rlm.acompletion(self.run.query, self.run.context, output=self.run.output,
+                                **self.run.limits))
             task.add_done_callback(lambda _t: queue.put_nowait(_DONE))
             watcher = asyncio.create_task(watch())
             if self.run.stream:
@@ -407,11 +493,23 @@ class RunResponse:
                     await task
             self.release()
 
+    async def _in_session(self, rlm: RLM, progress: Callable[[Event], Any] | None) -> Result:
+        """The question in the session its conversation continues, or in a new one."""
+        pool, turn = self.pool, self.run.turn
+        assert pool is not None and turn is not None
+        loop = asyncio.get_running_loop()   # where the shared model clients live
+        res, self.run.session = await ask(
+            pool, turn, lambda: rlm.session(self.run.context, idle_timeout=pool.ttl_s, loop=loop),
+            self.run.query, output=self.run.output, on_event=progress, limits=self.run.limits)
+        return res
+
     async def _outcome(self, task: asyncio.Task[Result]) -> Result | Response:
         try:
             return task.result()
         except ContextError as e:
             return error_response(400, str(e), param="context")
+        except PreflightError as e:    # a request the server cannot run as asked: nothing spent
+            return error_response(400, str(e), code="preflight_failed")
         except (RecursaError, ValueError, TypeError) as e:
             return error_response(500, f"{type(e).__name__}: {e}", type_="server_error")
         except Exception as e:  # noqa: BLE001 - a failed run is reported, never a crash
@@ -438,7 +536,8 @@ class RunResponse:
                 "id": self.id, "object": "chat.completion", "created": self.created,
                 "model": self.run.model_name,
                 "choices": [{"index": 0, "finish_reason": finish_reason(out), "logprobs": None,
-                             "message": {"role": "assistant", "content": out.answer,
+                             "message": {"role": "assistant",
+                                         "content": answer_content(out, self.run),
                                          "refusal": None}}],
                 "usage": openai_usage(out), "recursa": _recursa_field(out, self.run)})
         # The watcher task owns `receive`; a JSON response never reads it.
@@ -486,8 +585,9 @@ class RunResponse:
             await emit(json.loads(bytes(failed.body)))
         else:
             assert isinstance(out, Result)
-            for i in range(0, len(out.answer), ANSWER_CHUNK):
-                await emit(self._chunk({"content": out.answer[i:i + ANSWER_CHUNK]}))
+            content = answer_content(out, self.run)
+            for i in range(0, len(content), ANSWER_CHUNK):
+                await emit(self._chunk({"content": content[i:i + ANSWER_CHUNK]}))
             await emit(self._chunk({}, finish_reason(out),
                                    recursa=_recursa_field(out, self.run)))
             if self.run.include_usage:
@@ -529,6 +629,9 @@ def create_app(config: ServerConfig) -> Starlette:
     config.sub_model = load_model(config.sub_model)
     caps = config.caps()   # fail at start-up, not per request, on bad server limits
     slots = _Slots(config.max_runs)
+    if config.sessions < 0:
+        raise ValueError("sessions must be 0 (off) or more")
+    pool = SessionPool(config.sessions, config.session_ttl_s) if config.sessions else None
 
     def authorized(request: Request) -> bool:
         if not config.api_key:
@@ -592,10 +695,12 @@ def create_app(config: ServerConfig) -> Starlette:
         if isinstance(run, Response):
             release()
             return run
-        return RunResponse(config, run, release)   # it releases the slot when the run ends
+        # it releases the slot when the run ends
+        return RunResponse(config, run, release, pool)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "running": slots.used, "max_runs": slots.size})
+        return JSONResponse({"status": "ok", "running": slots.used, "max_runs": slots.size,
+                             "sessions": len(pool) if pool is not None else 0})
 
     async def http_error(request: Request, exc: Exception) -> Response:
         # Starlette's own 404 / 405 are plain text; OpenAI clients expect their error shape.
@@ -614,6 +719,8 @@ def create_app(config: ServerConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
         yield
+        if pool is not None:
+            await pool.aclose_all()
         await config.aclose_clients()
 
     app = Starlette(lifespan=lifespan, exception_handlers={HTTPException: http_error}, routes=[
@@ -625,6 +732,7 @@ def create_app(config: ServerConfig) -> Starlette:
     app.state.config = config
     app.state.caps = caps
     app.state.slots = slots
+    app.state.sessions = pool
     return app
 
 
