@@ -115,6 +115,16 @@ def _bwrap_works(bwrap: str) -> bool:
     return _bwrap_ok[bwrap]
 
 
+def nproc_per_userns() -> bool:
+    """Whether RLIMIT_NPROC counts a uid's processes per user namespace (Linux 5.14+), so a
+    run in a user namespace of its own can be limited without a uid of its own."""
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (5, 14)
+
+
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
@@ -137,6 +147,7 @@ class WorkerConfig:
     tmp_mb: int
     drop_uid: bool                  # bwrap as root: each worker gets its own uid
     worker: str = str(WORKER_PATH)
+    userns: bool = False            # bwrap without root: a zygote in a user namespace
 
     def new_worker(self) -> WorkerSpec:
         """Make a worker's private directories (and uid) and its command line."""
@@ -177,19 +188,24 @@ class WorkerConfig:
     def zygote_command(self, runs_dir: str, control_fd: int) -> list[str]:
         """The zygote's command line (see zygote.py): like a worker's, plus the capabilities
         it needs to give each run its own namespaces, and every run's directories at
-        /recursa/runs (each run unmounts them from its own view)."""
-        assert self.drop_uid
+        /recursa/runs (each run unmounts them from its own view). Without root, in a user
+        namespace of its own, with capabilities over its own namespaces only (zygote.py)."""
+        assert self.drop_uid or self.userns
         env = self._env()
         env.update(HOME="/workspace", TMPDIR="/tmp")
-        a, python = self._bwrap(env, privileged=True, extra_caps=(
-            "CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_KILL", "CAP_NET_ADMIN",
-            "CAP_DAC_READ_SEARCH"))
+        if self.userns:   # SETFCAP: to map its uid 0 into each run's user namespace
+            a, python = self._bwrap(env, privileged=False, userns_caps=(
+                "CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP", "CAP_SETFCAP"))
+        else:
+            a, python = self._bwrap(env, privileged=True, extra_caps=(
+                "CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_KILL", "CAP_NET_ADMIN",
+                "CAP_DAC_READ_SEARCH"))
         a += ["--ro-bind", str(ZYGOTE_PATH), f"{_IN}/zygote.py",
               "--dir", _CTX_DIR, "--dir", "/workspace", "--dir", "/tmp",
               "--bind", runs_dir, f"{_IN}/runs"]
         a += self._bwrap_tail(env)
         return a + ["--", python, "-I", "-S", f"{_IN}/zygote.py", "--control-fd",
-                    str(control_fd)]
+                    str(control_fd), *(["--userns"] if self.userns else [])]
 
     @staticmethod
     def _env() -> dict[str, str]:
@@ -197,7 +213,8 @@ class WorkerConfig:
                 "PYTHONUNBUFFERED": "1"}
 
     def _bwrap(self, env: dict[str, str], *, privileged: bool,
-               extra_caps: tuple[str, ...] = ()) -> tuple[list[str], str]:
+               extra_caps: tuple[str, ...] = (),
+               userns_caps: tuple[str, ...] = ()) -> tuple[list[str], str]:
         """bwrap's options up to the per-worker mounts; the interpreter's path inside."""
         assert self.bwrap is not None
         prefix = os.path.realpath(sys.base_prefix)
@@ -220,6 +237,14 @@ class WorkerConfig:
             if extra_caps:   # the zygote: only what it needs (bwrap as root keeps all else)
                 a += ["--cap-drop", "ALL"]
             for cap in ("CAP_SETUID", "CAP_SETGID", *extra_caps):
+                a += ["--cap-add", cap]
+        elif userns_caps:
+            # Not root: uid 0 of a user namespace of its own (the host user outside), with
+            # these capabilities over its own namespaces and nothing else.
+            a += ["--unshare-user", "--uid", "0", "--gid", "0", "--unshare-ipc",
+                  "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+                  "--cap-drop", "ALL"]
+            for cap in userns_caps:
                 a += ["--cap-add", cap]
         else:
             a += ["--unshare-all"]
@@ -572,14 +597,20 @@ class LocalSandbox:
                             "your files and use the network")
         self.bwrap = bw
         self.drop_uid = self.mode == "bwrap" and drop_uid and os.geteuid() == 0
+        if zygote is None:
+            zygote = _env_int("RECURSA_ZYGOTE", 1) != 0
+        # Not root: the zygote runs in a user namespace and each run gets one of its own, where
+        # RLIMIT_NPROC counts the run's processes alone (Linux 5.14+; older kernels count them
+        # per host user, so neither is used there).
+        self.userns = bool(zygote and self.mode == "bwrap" and os.geteuid() != 0
+                           and nproc_per_userns())
         self.uid: int | None = None      # the current worker's own uid (set by start())
         self.config = WorkerConfig(
             mode=self.mode, python=self.python, bwrap=bw if self.mode == "bwrap" else None,
             limits=tuple(sorted(self._limits().items())), tmp_mb=self.tmp_mb,
-            drop_uid=self.drop_uid)
-        if zygote is None:
-            zygote = _env_int("RECURSA_ZYGOTE", 1) != 0
-        self.use_zygote = bool(zygote and self.drop_uid and self.config not in _NO_ZYGOTE)
+            drop_uid=self.drop_uid, userns=self.userns)
+        self.use_zygote = bool(zygote and (self.drop_uid or self.userns)
+                               and self.config not in _NO_ZYGOTE)
         self._cg_host = (cgroup_host() if cgroups and (memory_mb or max_processes) else None)
         self.workspace: str | None = None
         self.prewarmed = False          # whether start() adopted a pre-started worker
@@ -607,14 +638,18 @@ class LocalSandbox:
             lim.append(f"cpu {self.cpu_seconds} s")
         if self.file_size_mb:
             lim.append(f"file size {self.file_size_mb} MB")
-        if self.max_processes and (mech != "watch" or self.drop_uid):
-            how = mech if mech != "watch" else "RLIMIT_NPROC of its own uid"
+        if self.max_processes and (mech != "watch" or self.drop_uid or self.userns):
+            how = mech if mech != "watch" else (
+                "RLIMIT_NPROC of its own uid" if self.drop_uid
+                else "RLIMIT_NPROC of its own user namespace")
             lim.append(f"processes {self.max_processes} ({how})")
         if self.disk_mb:
             lim.append(f"workspace {self.disk_mb} MB")
         limits = ", ".join(lim) or "none"
         if self.mode == "bwrap":
-            if not self.drop_uid:
+            if self.userns and self.use_zygote:
+                who = "host uid in a user namespace of its own, no capabilities"
+            elif not self.drop_uid:
                 who = "host uid"
             elif self.uid is not None:
                 who = f"uid {self.uid}"
@@ -654,14 +689,16 @@ class LocalSandbox:
 
     async def _start_forked(self, payload: ContextPayload, handler: CallHandler) -> None:
         host = zygote_host(self.config, self.config.zygote_command)
-        uid = random.randint(WORKER_UID_MIN, WORKER_UID_MAX)
+        # In a user namespace every run is the host user outside (zygote.RUN_UID inside).
+        uid = None if self.userns else random.randint(WORKER_UID_MIN, WORKER_UID_MAX)
         try:
             run = host.new_run_dir()
             spec = WorkerSpec(workspace=os.path.join(run, "ws"), ctxdir=os.path.join(run, "ctx"),
                               uid=uid, root=run)
             self._spec = spec
             os.mkdir(spec.workspace, 0o700)
-            os.chown(spec.workspace, uid, uid)
+            if uid is not None:
+                os.chown(spec.workspace, uid, uid)
             os.mkdir(spec.ctxdir, 0o755)   # type: ignore[arg-type]
             self.workspace, self.uid = spec.workspace, uid
             self.isolation = self._describe()
@@ -673,7 +710,7 @@ class LocalSandbox:
         except BaseException:
             await self.close()
             raise
-        req = {"run": os.path.basename(run), "uid": uid, "limits": dict(self.config.limits),
+        req = {"run": os.path.basename(run), "uid": uid or 0, "limits": dict(self.config.limits),
                "tmp_bytes": self.tmp_mb * 1024 * 1024}
         cgroup = self._cgroup
 
@@ -929,7 +966,7 @@ class LocalSandbox:
             lim["cpu"] = self.cpu_seconds
         if self.file_size_mb:
             lim["fsize"] = self.file_size_mb * mb
-        if self.max_processes and self.drop_uid:
+        if self.max_processes and (self.drop_uid or self.userns):
             lim["nproc"] = self.max_processes
         return lim
 
