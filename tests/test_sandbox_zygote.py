@@ -62,6 +62,9 @@ async def test_one_zygote_forks_every_run(tmp_path):
             assert "user namespace of its own" in a.isolation and a.uid is None
         assert host.get().pid == pid
         assert a.workspace != b.workspace
+        for sb in (a, b):   # the zygote told the host where each run's init is
+            init = sb.session._transport.pid   # type: ignore[union-attr]
+            assert init and init != pid and os.path.exists(f"/proc/{init}")
         for sb in (a, b):
             cell = await run(sb, "import os\nprint(os.getpid(), os.getuid(), len(context))")
             assert cell.stdout.split() == ["2", str(sb.uid if ROOT else RUN_UID), "3"], cell

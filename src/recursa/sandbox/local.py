@@ -19,12 +19,15 @@ What is enforced (all configurable):
 
 How a worker starts. Starting bubblewrap and a bare interpreter and importing the worker's
 modules costs ~90 ms of CPU. Two ways avoid paying it per run:
-  * the zygote (forkserver.py, zygote.py; bubblewrap as root, the default there): one fork
-    server per configuration, inside one bubblewrap, with the worker imported; each run is a
-    fork that enters its own mount, pid, network, IPC, UTS and cgroup namespaces, sees only its
-    own workspace, context and /tmp, joins its own cgroup and drops to its own uid. About 10 ms
-    of CPU per start, all of it counted. `zygote=False` / RECURSA_ZYGOTE=0 turn it off.
-  * spares (elsewhere, e.g. without root or without bubblewrap): a process-wide pool keeps
+  * the zygote (forkserver.py, zygote.py; with bubblewrap, the default): one fork server per
+    configuration, inside one bubblewrap, with the worker imported; each run is a fork that
+    enters its own mount, pid, network, IPC, UTS and cgroup namespaces, sees only its own
+    workspace, context and /tmp, joins its own cgroup (if any) and, as root, drops to its own
+    uid; without root (Linux 5.14+) the zygote is in an unprivileged user namespace and each
+    run enters a nested one of its own with no capabilities. About 10-15 ms of CPU per start,
+    all of it counted. `zygote=False` / RECURSA_ZYGOTE=0 turn it off.
+  * spares (elsewhere: without bubblewrap, or a kernel older than 5.14 without root, or where
+    the zygote cannot start): a process-wide pool keeps
     `prewarm` (default 1, env RECURSA_PREWARM; 0 disables) started workers per configuration,
     spawned with plain `subprocess.Popen` from one long-lived thread (they are not tied to any
     event loop), and `start()` adopts one into the current loop; the next spare is started in
@@ -41,8 +44,10 @@ are named after it (`recursa.tempdirs.owned_tempdir`) and removed by the next pr
 Processes: RLIMIT_NPROC is counted per *user id* and root is exempt from it, so it only means
 something when the worker runs as its own uid. When the host runs as root under bubblewrap,
 the worker therefore drops to a random unprivileged uid (200000-265535, one per worker) after
-opening the context, and the limit applies to that uid alone. With a cgroup, `pids.max` bounds
-the tree in every mode; without one and without a uid of its own the process limit is not
+opening the context, and the limit applies to that uid alone. Without root, a zygote's run has
+a user namespace of its own, and since Linux 5.14 RLIMIT_NPROC counts a uid's processes per
+user namespace: the limit then holds for the run alone. With a cgroup, `pids.max` bounds the
+tree in every mode; without one, a uid or a user namespace of its own the process limit is not
 applied (it would count every process of the host user) and `isolation` says so.
 """
 
@@ -552,8 +557,9 @@ class LocalSandbox:
     process-wide pool (default: env RECURSA_PREWARM, else 1; 0 starts every worker on demand).
     Not used when a zygote forks the workers.
     zygote: fork each worker from a per-configuration fork server (zygote.py) instead of
-    starting bubblewrap and an interpreter per run (default: env RECURSA_ZYGOTE, else on). Only
-    where workers get their own uid (bubblewrap as root); elsewhere spares are used.
+    starting bubblewrap and an interpreter per run (default: env RECURSA_ZYGOTE, else on). With
+    bubblewrap as root (a uid per run), or without root on Linux 5.14+ (a user namespace per
+    run); elsewhere spares are used.
     cgroups: limit memory and processes of each sandbox's whole process tree with its own
     control group where the host allows (default on; env RECURSA_CGROUPS=0 turns it off);
     otherwise a host thread watches the tree's resident memory (see treelimits.py).
