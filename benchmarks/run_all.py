@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BENCH_DIR, RECURSA_PYTHON, SIDES_ALL, rlms_python  # noqa: E402
 from _report import table  # noqa: E402
 
-BENCHES = ["overhead", "bigcontext", "batch", "tree", "concurrent"]
+BENCHES = ["overhead", "bigcontext", "batch", "tree", "concurrent", "startup", "serve"]
 
 
 class Ctx:

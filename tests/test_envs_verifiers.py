@@ -1,4 +1,5 @@
-"""The verifiers adapter: rollouts through verifiers' own rollout loop with a scripted client."""
+"""The classic verifiers adapter (verifiers 0.1.14 - 0.3): rollouts through verifiers' own
+rollout loop with a scripted client. verifiers 0.4 is tested in test_envs_verifiers_v1.py."""
 
 from __future__ import annotations
 
@@ -9,8 +10,14 @@ import pytest
 
 pytest.importorskip("verifiers")
 pytest.importorskip("datasets")
+from recursa.envs.verifiers_env import HARNESS_API  # noqa: E402
 
-from recursa.envs.verifiers_env import RecursaClient, load_environment  # noqa: E402
+if HARNESS_API:
+    from importlib.metadata import version
+    pytest.skip(f"verifiers {version('verifiers')} is installed: the classic API (0.1.14 - 0.3) "
+                "is gone; test_envs_verifiers_v1.py tests this version", allow_module_level=True)
+
+from recursa.envs.verifiers_classic import RecursaClient, load_environment  # noqa: E402
 from recursa.models import ReplayClient  # noqa: E402
 
 

@@ -148,8 +148,8 @@ def test_parse_chat_context_rules() -> None:
                                  {"role": "user", "content": "doc one"},
                                  {"role": "assistant", "content": "ok"},
                                  {"role": "user", "content": "  the question  "}]}, cfg)
-    assert r.query == "the question"
-    assert r.context == "[system]\nbe brief\n\n[user]\ndoc one\n\n[assistant]\nok"
+    assert r.query == "the question\n\nInstructions from the chat's system prompt:\nbe brief"
+    assert r.context == "[user]\ndoc one\n\n[assistant]\nok"
 
     data = base64.b64encode(b"file body").decode()
     r = parse_chat({"messages": [{"role": "user", "content": [
@@ -162,6 +162,122 @@ def test_parse_chat_context_rules() -> None:
     assert r.limits == {"max_iterations": 5, "max_depth": 0} and r.clamped == ["max_iterations"]
 
 
+# ---------------------------------------------------------------- pasted documents
+def server_log(chars: int = 11_500) -> str:
+    """A deterministic service log of about `chars` characters (no blank lines, like most logs)."""
+    out, i = [], 0
+    levels = ("INFO", "INFO", "WARN", "ERROR")
+    services = ("api", "db", "auth", "worker", "cache")
+    while sum(map(len, out)) < chars:
+        out.append(f"2024-05-01 12:{i // 60 % 60:02d}:{i % 60:02d} {levels[i % 4]} "
+                   f"{services[i % 5]}: request {i} took {(i * 37) % 900} ms\n")
+        i += 1
+    return "".join(out)
+
+
+LOG = server_log()
+QUESTION = "Which service logs the most errors?"
+CONTINUE_SYSTEM = ("<important_rules>\n  Always include the language and file name in the info "
+                   "string when you write code blocks. If you are editing \"src/main.py\" for "
+                   "example, your code block should start with '```python src/main.py'\n"
+                   "</important_rules>")
+OPEN_WEBUI_RAG = ("### Task:\nRespond to the user query using the provided context, "
+                  "incorporating inline citations in the format [id] only when the <source> "
+                  "tag includes an explicit id attribute.\n\n### Guidelines:\n- If you don't "
+                  "know the answer, clearly state that.\n\n<context>\n<source id=\"1\" "
+                  "name=\"app.log\">{doc}</source>\n</context>\n\n<user_query>\n{q}\n"
+                  "</user_query>")
+
+
+def text_parts(*texts: str) -> list[dict[str, str]]:
+    return [{"type": "text", "text": t} for t in texts]
+
+
+# Request bodies as each client sends them: (name, messages, the question, text the document
+# must contain). The question must come out as the query; the log must be the context.
+CLIENT_SHAPES: list[tuple[str, list[dict[str, Any]]]] = [
+    ("issue 13: system first, question then log", [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": f"{QUESTION}\n{LOG}"}]),
+    ("curl: question, blank line, log", [
+        {"role": "user", "content": f"{QUESTION}\n\n{LOG}"}]),
+    ("curl: intro, question, log", [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": f"Here is my server log.\n\n{QUESTION}\n\n{LOG}"}]),
+    ("curl: log then question", [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": f"{LOG}\n\n{QUESTION}"}]),
+    ("llm CLI: cat app.log | llm -s 'be brief' QUESTION", [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": f"{LOG} {QUESTION}"}]),
+    ("Open WebUI: system prompt, earlier turns, pasted text", [
+        {"role": "system", "content": "Answer in English."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello! How can I help?"},
+        {"role": "user", "content": f"{LOG}\n\n{QUESTION}"}]),
+    ("Open WebUI: RAG template in the user message", [
+        {"role": "system", "content": "Answer in English."},
+        {"role": "user", "content": OPEN_WEBUI_RAG.format(doc=LOG, q=QUESTION)}]),
+    ("Open WebUI: content parts", [
+        {"role": "system", "content": "Answer in English."},
+        {"role": "user", "content": text_parts(f"{QUESTION}\n\n{LOG}")}]),
+    ("LibreChat: attached text fenced before the question", [
+        {"role": "system", "content": "You are a log analyst. Be concise."},
+        {"role": "user", "content": text_parts(
+            f"Attached document(s):\n```md\n# \"app.log\"\n{LOG}```\n\n{QUESTION}")}]),
+    ("Continue: context item part, then question part", [
+        {"role": "system", "content": CONTINUE_SYSTEM},
+        {"role": "user", "content": "What does this repo do?"},
+        {"role": "assistant", "content": "It is a web service."},
+        {"role": "user", "content": text_parts(f"```logs/app.log\n{LOG}```", QUESTION)}]),
+    ("Continue: fenced file then question in one string", [
+        {"role": "system", "content": CONTINUE_SYSTEM},
+        {"role": "user", "content": f"```logs/app.log\n{LOG}```\n\n{QUESTION}"}]),
+]
+
+
+@pytest.mark.parametrize("name, messages", CLIENT_SHAPES, ids=[n for n, _ in CLIENT_SHAPES])
+def test_pasted_document_is_the_context_not_the_query(name: str,
+                                                      messages: list[dict[str, Any]]) -> None:
+    r = parse_chat({"messages": messages}, ServerConfig(model="replay:"))
+    asked = r.query.split("\n\nInstructions from")[0]
+    assert asked.endswith(QUESTION) and len(asked) < 100, r.query   # the question, maybe an intro
+    assert "ERROR" not in r.query
+    system = next((m["content"] for m in messages if m["role"] == "system"), None)
+    if system is not None:    # a short system prompt instructs the answer, it is not context
+        assert r.query.endswith(f"Instructions from the chat's system prompt:\n{system}")
+    doc = r.context["document"] if isinstance(r.context, dict) else r.context
+    assert isinstance(doc, str) and LOG.strip() in doc and QUESTION not in doc
+    assert len(doc) < len(LOG) + 100
+    if sum(m["role"] in ("user", "assistant") for m in messages) > 1:   # earlier turns kept
+        assert isinstance(r.context, dict) and set(r.context) == {"document", "conversation"}
+        assert r.context["conversation"].startswith("[user]\n")
+
+
+def test_long_system_prompt_is_a_document_and_unsplittable_text_stays_whole() -> None:
+    cfg = ServerConfig(model="replay:")
+    # `llm -s "$(cat app.log)" QUESTION`: the document is the system prompt.
+    r = parse_chat({"messages": [{"role": "system", "content": LOG},
+                                 {"role": "user", "content": QUESTION}]}, cfg)
+    assert r.query == QUESTION and r.context == LOG
+    # Open WebUI with the RAG template in the system message: the context is inside the tags.
+    r = parse_chat({"messages": [
+        {"role": "system", "content": OPEN_WEBUI_RAG.format(doc=LOG, q="")},
+        {"role": "user", "content": QUESTION}]}, cfg)
+    assert r.query == QUESTION and LOG in r.context and "### Task" not in r.context
+    # No end of the message reads like a question: the whole message is the context and the
+    # query shows both of its ends.
+    r = parse_chat({"messages": [{"role": "system", "content": "be brief"},
+                                 {"role": "user", "content": LOG}]}, cfg)
+    assert r.context == LOG.strip()
+    assert LOG[:100] in r.query and LOG.rstrip()[-100:] in r.query
+    assert r.query.endswith("Instructions from the chat's system prompt:\nbe brief")
+    # A short message with a system prompt is not split.
+    r = parse_chat({"messages": [{"role": "system", "content": "be brief"},
+                                 {"role": "user", "content": "What is 2+2?\nThink."}]}, cfg)
+    assert r.context == "What is 2+2?\nThink." and r.query.startswith("What is 2+2?\nThink.")
+
+
 @pytest.mark.parametrize("body, needle", [
     ({"messages": []}, "non-empty list"),
     ({"messages": [{"role": "system", "content": "hi"}]}, "no user message"),
@@ -172,6 +288,8 @@ def test_parse_chat_context_rules() -> None:
     ({"messages": [{"role": "user", "content": "q"}], "recursa": {"sub_model": "openai:x"}},
      "not allowed"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+     "needs image_url.url"),
+    ({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
      "unsupported content part"),
     ({"messages": [{"role": "user", "content": "q"}], "n": 2}, "n=1"),
 ])
@@ -230,6 +348,8 @@ def test_history_context_and_files_become_a_dict(server: Server) -> None:
     data = base64.b64encode(b"hello file").decode()
     resp = server.client().chat.completions.create(model="recursa", messages=[
         {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "earlier question"},
+        {"role": "assistant", "content": "earlier answer"},
         {"role": "user", "content": [
             {"type": "text", "text": "Summarise."},
             {"type": "file", "file": {"filename": "notes.txt", "file_data": data}}]}],
@@ -287,6 +407,34 @@ def test_bad_requests_are_400_in_openai_shape(server: Server) -> None:
                    headers={"authorization": f"Bearer {KEY}"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_pasted_document_with_a_system_prompt_end_to_end(server: Server) -> None:
+    """Issue 13 item 7 through the server: the log is the context the run sees."""
+    resp = server.client().chat.completions.create(model="recursa", messages=[
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": f"{QUESTION}\n{LOG}"}])
+    assert resp.choices[0].message.content.startswith(
+        f"type=str size={len(LOG)} keys=-")
+
+
+def test_unknown_routes_and_methods_are_openai_errors(server: Server) -> None:
+    auth = {"authorization": f"Bearer {KEY}"}
+    for method, path, status in [("GET", "/v1/nope", 404), ("POST", "/v1/embeddings", 404),
+                                 ("POST", "/v1/completions", 404), ("GET", "/", 404),
+                                 ("GET", "/v1/chat/completions", 405),
+                                 ("DELETE", "/v1/models", 405), ("PUT", "/health", 405)]:
+        r = httpx.request(method, server.base + path, headers=auth, json={})
+        assert r.status_code == status, (method, path, r.text)
+        err = r.json()["error"]
+        assert set(err) == {"message", "type", "param", "code"}
+        assert path in err["message"] and err["type"] == "invalid_request_error"
+        assert err["code"] == ("unknown_url" if status == 404 else "method_not_allowed")
+        if status == 405:
+            assert "GET" in r.headers["allow"] or "POST" in r.headers["allow"]
+    # The official client raises its typed error for them.
+    with pytest.raises(openai.NotFoundError):
+        server.client().embeddings.create(model="recursa", input="x")
 
 
 def test_per_request_limits_are_clamped(server: Server) -> None:
@@ -504,11 +652,16 @@ def test_full_chain_through_a_real_upstream_http_model(monkeypatch: pytest.Monke
         cfg = ServerConfig(model="openai:test-model", base_url=up.base_url, sandbox="inprocess",
                            api_key=KEY, limits={"max_iterations": 3})
         with Server(create_app(cfg)) as srv:
-            resp = srv.client().chat.completions.create(
-                model="recursa", messages=[{"role": "user", "content": "q"}],
-                extra_body={"context": "some text"})
+            for _ in range(3):
+                resp = srv.client().chat.completions.create(
+                    model="recursa", messages=[{"role": "user", "content": "q"}],
+                    extra_body={"context": "some text"})
+            # Every request's RLM used the one shared upstream client, whose keep-alive
+            # connection served all six requests (they came one after another).
+            shared = list(cfg.shared_clients.values())
+            assert len(shared) == 1 and len(shared[0]._pool._idle) == 1
         assert resp.choices[0].message.content == "upstream says: a short summary"
-        assert up.request_count == 2                      # one root turn, one sub-call
+        assert up.request_count == 6                      # a root turn and a sub-call each
         auth = {h.get("authorization") for h in up.headers}
         assert auth and not any(KEY in (a or "") or "sk-upstream" in (a or "") for a in auth)
         rec = resp.model_extra["recursa"]
@@ -545,3 +698,50 @@ def test_progress_is_streamed_while_the_run_is_still_going() -> None:
             if chunk.choices and chunk.choices[0].delta.content:
                 answer += chunk.choices[0].delta.content
     assert answer == "saw progress live"
+
+
+# ---------------------------------------------------------------- typed answers
+def test_response_format_json_schema_validates_and_retries() -> None:
+    """The first committed answer misses a field and is sent back; the reply is the valid JSON."""
+    def root(messages: list[dict[str, Any]]) -> str:
+        if any("does not match" in str(m.get("content")) for m in messages):
+            return code('FINAL(\'{"city": "Oslo", "people": 709000}\')')
+        return code("FINAL('{\"city\": \"Oslo\"}')")
+    schema = {"type": "object", "required": ["city", "people"],
+              "properties": {"city": {"type": "string"}, "people": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
+    with make_server(Scripted(root)) as server:
+        c = server.client()
+        resp = c.chat.completions.create(model="recursa", response_format=fmt,
+                                         messages=[{"role": "user", "content": "Which city?"}],
+                                         extra_body={"context": "Oslo has 709000 people."})
+        assert json.loads(resp.choices[0].message.content) == {"city": "Oslo", "people": 709000}
+        rec = resp.model_extra["recursa"]
+        assert rec["output_error"] is None and rec["turns"] == 2
+        chunks = list(c.chat.completions.create(
+            model="recursa", response_format=fmt, stream=True,
+            messages=[{"role": "user", "content": "Which city?"}],
+            extra_body={"context": "Oslo has 709000 people."}))
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        assert json.loads(text)["people"] == 709000
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}],
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "x", "schema": {"type": "nonsense"}}})
+        assert e.value.body["param"] == "response_format"
+
+
+def test_a_cost_cap_on_an_unpriced_model_is_a_400_and_spends_nothing() -> None:
+    calls: list[int] = []
+
+    def root(messages: list[dict[str, Any]]) -> str:
+        calls.append(1)
+        return code("FINAL('x')")
+    with make_server(Scripted(root, cost=None)) as server:
+        with pytest.raises(openai.BadRequestError) as e:
+            server.client().chat.completions.create(
+                model="recursa", messages=[{"role": "user", "content": "q"}],
+                extra_body={"context": "c", "recursa": {"max_cost_usd": 0.01}})
+        assert e.value.code == "preflight_failed" and "price" in e.value.message
+        assert calls == []

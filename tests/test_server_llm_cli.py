@@ -92,11 +92,11 @@ def test_llm_cli_uses_recursa_serve(served: tuple[str, Path]) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "context has 20 chars"
 
-    # Non-streaming, with a document as the system prompt: it becomes the RLM's context.
+    # Non-streaming, with a document as the system prompt: it is the RLM's context, as is.
     doc = "\n".join(str(i) for i in range(1, 501))
     r = run_llm(home, "-m", "recursa", "--no-stream", "-s", doc, "What is the sum?")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == f"context has {len('[system]') + 1 + len(doc)} chars"
+    assert r.stdout.strip() == f"context has {len(doc)} chars"
 
     logged = json.loads(run_llm(home, "logs", "-n", "1", "--json").stdout)[0]
     assert logged["input_tokens"] > 0 and logged["output_tokens"] > 0

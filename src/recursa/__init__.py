@@ -1,6 +1,7 @@
 """recursa: Recursive Language Models."""
 
 from recursa.budget import Budget
+from recursa.images import Image
 from recursa.rlm import RLM, acompletion, completion
 from recursa.types import (
     BudgetExceeded,
@@ -18,6 +19,7 @@ from recursa.types import (
 __all__ = [
     "RLM",
     "Budget",
+    "Image",
     "acompletion",
     "completion",
     "BudgetExceeded",

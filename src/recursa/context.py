@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recursa import images
 from recursa.types import ContextError, ContextPayload
 
 PREVIEW_CHARS = 400
@@ -57,13 +58,15 @@ def load_path(path: Path) -> tuple[Any, list[str]]:
             data = path.read_bytes()
         except OSError as e:
             raise ContextError(f"cannot read context file {path}: {e.strerror}") from e
+        if path.suffix.lower() in images.SUFFIXES or images.sniff(data[:16]):
+            return images.Image.from_bytes(data, name=path.name), notes
         text, bad = _decode(data, str(path))
         if bad:
             notes.append(f"{path.name}: {bad} invalid UTF-8 bytes replaced by U+FFFD")
         return text, notes
     if not path.is_dir():
         raise ContextError(f"context path is neither a file nor a directory: {path}")
-    files: dict[str, str] = {}
+    files: dict[str, Any] = {}
     skipped: Counter[str] = Counter()
     for root, dirs, names in os.walk(path, onerror=lambda e: skipped.update(["unreadable"])):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
@@ -81,6 +84,13 @@ def load_path(path: Path) -> tuple[Any, list[str]]:
                 skipped["unreadable"] += 1
                 notes.append(f"{rel}: unreadable (skipped)")
                 continue
+            if p.suffix.lower() in images.SUFFIXES or images.sniff(data[:16]):
+                try:
+                    files[rel] = images.Image.from_bytes(data, name=rel)
+                except images.ImageError as e:
+                    skipped["bad images"] += 1
+                    notes.append(f"{rel}: skipped: {e}")
+                continue
             try:
                 text, bad = _decode(data, rel)
             except ContextError:
@@ -92,7 +102,7 @@ def load_path(path: Path) -> tuple[Any, list[str]]:
     if skipped:
         notes.insert(0, "skipped files: " + ", ".join(f"{n} {k}" for k, n in skipped.items()))
     if not files:
-        raise ContextError(f"directory {path} holds no readable text files"
+        raise ContextError(f"directory {path} holds no readable text or image files"
                            + (f" ({notes[0]})" if notes else ""))
     return files, notes
 
@@ -146,7 +156,9 @@ def describe(value: Any, *, source: str | None = None, notes: list[str] | None =
                  for v in value.values()]
         total = sum(sizes)
         is_tree = source is not None and source.startswith("directory")
-        kind = "files (relative path -> text)" if is_tree else "keys"
+        has_img = any(isinstance(v, images.Image) for v in value.values())
+        kind = ("files (relative path -> text" + (" or Image)" if has_img else ")")
+                if is_tree else "keys")
         lines.append(f"type: dict with {len(keys):,} {kind}, {total:,} characters of values "
                      f"(~{estimate_tokens(total):,} tokens)")
         lines.append(f"value sizes: {_spread(sizes)}")
@@ -154,6 +166,9 @@ def describe(value: Any, *, source: str | None = None, notes: list[str] | None =
             lines.append(_tree_summary(value))
         shown = ", ".join(repr(k) for k in keys[:15])
         lines.append(f"first keys: {shown}" + (" ..." if len(keys) > 15 else ""))
+    elif isinstance(value, images.Image):
+        lines.append(f"type: Image, one {value.format} image, {value.width}x{value.height} "
+                     f"pixels, {value.nbytes:,} bytes")
     else:
         lines.append(f"type: {type(value).__name__}")
     for n in (notes or [])[:10]:
@@ -164,6 +179,8 @@ def describe(value: Any, *, source: str | None = None, notes: list[str] | None =
 def _size(value: Any) -> int:
     if isinstance(value, str):
         return len(value)
+    if isinstance(value, images.Image):
+        return 0
     if isinstance(value, list):
         return sum(len(x) if isinstance(x, str) else len(json.dumps(x, default=str)) for x in value)
     return sum(len(v) if isinstance(v, str) else len(json.dumps(v, default=str))
@@ -184,17 +201,19 @@ def prepare(context: Any, workdir: Path) -> Prepared:
         source = f"directory {path.name}/" if path.is_dir() else f"file {path.name}"
     if context is None:
         raise ContextError("no context given: pass context=<str | list | dict | Path>")
+    context, found = images.normalize(context)   # images anywhere -> images.Image
     if isinstance(context, bytes):
         context, bad = _decode(context, "context bytes")
         if bad:
             notes.append(f"{bad} invalid UTF-8 bytes replaced by U+FFFD")
     if isinstance(context, tuple):
         context = list(context)
-    if not isinstance(context, str | list | dict):
-        raise ContextError(f"context must be str, list, dict or a Path, not {type(context).__name__}")
+    if not isinstance(context, str | list | dict | images.Image):
+        raise ContextError(f"context must be str, list, dict, an image or a Path, not "
+                           f"{type(context).__name__}")
     if isinstance(context, dict) and not all(isinstance(k, str) for k in context):
         raise ContextError("dict context must have str keys (it is passed to the REPL as JSON)")
-    if len(context) == 0:
+    if not isinstance(context, images.Image) and len(context) == 0:
         raise ContextError("context is empty: there is nothing to answer the query over")
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -206,7 +225,8 @@ def prepare(context: Any, workdir: Path) -> Prepared:
     else:
         path = workdir / "context.json"
         try:
-            data = json.dumps(context, ensure_ascii=False).encode("utf-8")
+            data = json.dumps(context, ensure_ascii=False,
+                              default=images.json_default).encode("utf-8")
         except (TypeError, ValueError) as e:
             raise ContextError(f"context is not JSON-serialisable: {e}") from e
         kind = "json"
@@ -214,5 +234,6 @@ def prepare(context: Any, workdir: Path) -> Prepared:
     path.write_bytes(data)
     payload = ContextPayload(path=str(path), kind=kind, sha256=h.hexdigest(),
                              size_bytes=len(data))
-    return Prepared(payload=payload, description=describe(context, source=source, notes=notes),
-                    chars=_size(context), notes=notes)
+    description = "\n".join([describe(context, source=source, notes=notes),
+                             *images.describe_images(found)])
+    return Prepared(payload=payload, description=description, chars=_size(context), notes=notes)

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from recursa import images as img
 from recursa.budget import Ledger
 from recursa.context import estimate_tokens
 from recursa.tools import ToolSet, run_tool_loop
@@ -135,7 +136,7 @@ class Dispatcher:
         """Reserve, call under the concurrency limit, settle. Raises ModelError/BudgetExceeded.
         With `on_delta`, a client that can stream sends the reply's text there as it comes."""
         options = dict(options or {})
-        est_in = sum(text_tokens(str(m.get("content", ""))) for m in messages) \
+        est_in = sum(img.content_tokens(m.get("content", ""), text_tokens) for m in messages) \
             + 4 * len(messages)
         est_out = int(options.get("max_tokens") or DEFAULT_OUTPUT_RESERVE)
         cost = estimate_cost(client, est_in, est_out)
@@ -179,10 +180,15 @@ class Dispatcher:
                                cost=comp.cost_usd if comp else None, role=role,
                                model=comp.model or client.name if comp else client.name)
 
-    async def llm(self, prompt: Any, model: str | None, opts: dict[str, Any], node: Node) -> str:
+    async def llm(self, prompt: Any, model: str | None, opts: dict[str, Any], node: Node,
+                  images: Any = None) -> str:
         """One sub-call from sandboxed code: a string answer or an 'Error: ...' string."""
         t0 = time.time()
         messages = _messages(prompt)
+        try:   # images come as JSON forms from the sandbox; the trace keeps hash and size only
+            imgs, bad = img.images_from_call(images), None
+        except img.ImageError as e:
+            imgs, bad = [], f"Error: {e}"
         text_in = "\n".join(m["content"] for m in messages)
         # Code often sends whole chunks of the context to sub-calls: cap what the trace keeps,
         # so a trace does not grow with the context, and keep a hash to tell prompts apart.
@@ -192,7 +198,11 @@ class Dispatcher:
         ev = self.tracer.emit("subcall", phase="start", parent=node.parent, depth=node.depth,
                               model=model or self.sub_client.name, prompt=shown,
                               prompt_chars=len(text_in),
-                              prompt_sha256=hashlib.sha256(text_in.encode()).hexdigest()[:16])
+                              prompt_sha256=hashlib.sha256(text_in.encode()).hexdigest()[:16],
+                              **({"images": [i.trace_info() for i in imgs]} if imgs else {}))
+        if bad:
+            return self._fail(ev, node, bad, t0)
+        messages = img.attach(messages, imgs)
         try:
             client = self._client(model)
             options = {**self.sub_options, **_safe_opts(opts)}
@@ -244,13 +254,18 @@ class Dispatcher:
         async def handle(kind: str, args: dict[str, Any]) -> Any:
             opts = args.get("opts") or {}
             if kind == "llm":
-                return await self.llm(args.get("prompt", ""), args.get("model"), opts, node)
+                return await self.llm(args.get("prompt", ""), args.get("model"), opts, node,
+                                      images=args.get("images"))
             if kind == "llm_batch":
                 prompts = args.get("prompts") or []
                 if not isinstance(prompts, list):
                     return "Error: llm_batch takes a list of prompts"
+                per = args.get("images")
+                per = per if isinstance(per, list) and len(per) == len(prompts) \
+                    else [None] * len(prompts)
                 return list(await asyncio.gather(
-                    *(self.llm(p, args.get("model"), opts, node) for p in prompts)))
+                    *(self.llm(p, args.get("model"), opts, node, images=i)
+                      for p, i in zip(prompts, per, strict=True))))
             if kind == "rlm":
                 return await self.rlm(args.get("prompt", ""), args.get("context"), opts, node)
             if kind == "rlm_batch":
@@ -271,8 +286,13 @@ class Dispatcher:
     async def rlm(self, prompt: Any, context: Any, opts: dict[str, Any], node: Node) -> str:
         """A child RLM one level down; at max_depth, a plain model call instead."""
         if node.depth + 1 > self.max_depth or self.child_runner is None:
+            try:   # images in the context go as images, not as base64 text in the prompt
+                context, found = img.normalize(context)
+            except img.ImageError as e:
+                return f"Error: {e}"
             text = prompt if context is None else f"{prompt}\n\n{context}"
-            return await self.llm(text, opts.pop("model", None), opts, node)
+            return await self.llm(text, opts.pop("model", None), opts, node,
+                                  images=[i for _, i in found] or None)
         try:
             return await self.child_runner(node, str(prompt), context)
         except RecursaError as e:

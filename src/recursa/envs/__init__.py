@@ -3,7 +3,8 @@
     from recursa.envs import get_env, run_rollout
     ro = await run_rollout("oolong", "rlm_tips", seed=0, model="local:qwen2.5-coder-0.5b")
 
-The `verifiers` adapter is `recursa.envs.verifiers_env.load_environment` (extra: verifiers).
+The `verifiers` adapter is `recursa.envs.verifiers_env.load_environment` (extra: verifiers;
+verifiers 0.4 gets `verifiers_v1`, 0.1.14-0.3 `verifiers_classic`).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any
 
 import anthropic
 
+from ..images import anthropic_content, has_images
 from ..types import Completion, Message, ModelError, Usage
 from .pricing import cost_usd
 from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
@@ -47,10 +48,18 @@ def split_system(messages: list[Message]) -> tuple[str | None, list[dict[str, An
             system_parts.append(text)
             continue
         role = "assistant" if role == "assistant" else "user"
+        content: Any = text
+        if has_images([m]):   # image parts -> content blocks (see recursa.images)
+            content = anthropic_content(m["content"])
         if turns and turns[-1]["role"] == role:
-            turns[-1]["content"] += "\n\n" + text
+            prev = turns[-1]["content"]
+            if isinstance(prev, str) and isinstance(content, str):
+                turns[-1]["content"] = prev + "\n\n" + content
+            else:
+                blocks = lambda c: [{"type": "text", "text": c}] if isinstance(c, str) else c  # noqa: E731
+                turns[-1]["content"] = blocks(prev) + blocks(content)
         else:
-            turns.append({"role": role, "content": text})
+            turns.append({"role": role, "content": content})
     if not turns or turns[0]["role"] != "user":
         turns.insert(0, {"role": "user", "content": "(continue)"})
     return ("\n\n".join(system_parts) or None), turns
@@ -78,6 +87,10 @@ def add_cache_breakpoints(system: str | None, turns: list[dict[str, Any]]
         users = [i for i, t in enumerate(out) if t["role"] == "user"]
         for i in users[-2:]:
             if not out[i]["content"]:    # the API rejects cache_control on an empty block
+                continue
+            if isinstance(out[i]["content"], list):   # blocks (images): mark the last one
+                out[i]["content"] = [*out[i]["content"][:-1],
+                                     {**out[i]["content"][-1], "cache_control": _EPHEMERAL}]
                 continue
             out[i]["content"] = [{"type": "text", "text": out[i]["content"],
                                   "cache_control": _EPHEMERAL}]

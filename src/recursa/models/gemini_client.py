@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..extras import MissingExtra
+from ..images import gemini_parts, has_images
 from ..types import Completion, Message, ModelError, Usage
 from .pricing import cost_usd
 from .retry import (
@@ -49,7 +50,13 @@ def gemini_contents(messages: list[Message]) -> tuple[str | None, list[dict[str,
             system.append(text)
             continue
         role = "model" if m.get("role") == "assistant" else "user"
-        if contents and contents[-1]["role"] == role:
+        if has_images([m]):   # image parts -> inline_data parts (see recursa.images)
+            parts = gemini_parts(content)
+            if contents and contents[-1]["role"] == role:
+                contents[-1]["parts"] += parts
+            else:
+                contents.append({"role": role, "parts": parts})
+        elif contents and contents[-1]["role"] == role and "text" in contents[-1]["parts"][0]:
             contents[-1]["parts"][0]["text"] += "\n\n" + text
         else:
             contents.append({"role": role, "parts": [{"text": text}]})

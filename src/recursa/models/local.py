@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 
+from ..images import has_images
 from ..types import Completion, Message, ModelError, Usage
 from . import llama_server
 from .streaming import OnDelta, Pieces, StreamCut
@@ -131,8 +132,19 @@ class LocalClient:
         tail = srv.log_tail(6)
         return ModelError(why + (f"\nserver log:\n{tail}" if tail else ""), retryable=False)
 
+    @property
+    def supports_images(self) -> bool:
+        """Only with a vision projector (server_args=("--mmproj", "file.gguf"))."""
+        return any(a.startswith("--mmproj") or a == "-mm" for a in self.server_args)
+
     def _body(self, messages: list[Message], options: dict[str, Any]
               ) -> tuple[dict[str, Any], float | None]:
+        if not self.supports_images and has_images(messages):
+            raise ModelError(f"{self.name} is not a vision model: it cannot take images. Send "
+                             "images to a model that can (e.g. llm_query(..., images=[...], "
+                             "model='openai:gpt-4o-mini') with that model in the run's models), "
+                             "or start a local vision model with server_args=('--mmproj', "
+                             "'projector.gguf')", retryable=False)
         opts = {**self.default_options, **options}
         timeout = opts.pop("timeout", None)
         opts.pop("extra_body", None)

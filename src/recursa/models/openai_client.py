@@ -1,22 +1,38 @@
 """Any OpenAI-compatible chat-completions endpoint: OpenAI, OpenRouter, vLLM, SGLang, Ollama,
-llama.cpp server... via the official `openai` SDK (async)."""
+llama.cpp server...
+
+Requests go through `http11.Pool`, a small keep-alive HTTP/1.1 client on asyncio streams: the
+`openai` SDK costs ~0.8 s to import (most of a CLI run's start-up) and ~2 ms of event-loop CPU per
+request (which kept big batches from going out as one wave). The SDK is still used, imported
+only then, when a proxy variable is set (httpx honours it) or a caller passes its own
+`http_client`. Both paths give the same `Completion` (with `raw` the reply as a dict) and the
+same ModelErrors.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
 import time
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import Any
-
-import openai
+from urllib.parse import urlencode
 
 from ..types import Completion, Message, ModelError, Usage
+from .http11 import HTTPError, HTTPTimeout, Pool, proxy_configured
 from .pricing import cost_usd, estimate_usd
-from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
+from .retry import (
+    RETRYABLE_STATUSES,
+    EmptyResponseError,
+    RetryPolicy,
+    RetryStats,
+    model_error_from_sdk,
+    parse_retry_after,
+    with_retries,
+)
 from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
@@ -82,13 +98,23 @@ class OpenAIClient:
         self.prices = prices
         self.default_options = dict(default_options or {})
         self._warned: set[str] = set()
-        if http_client is None:   # share one TLS context: see tls.py
-            from .tls import shared_ssl_context
-            http_client = openai.DefaultAsyncHttpxClient(verify=shared_ssl_context())
-        self._client = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url,
-                                          max_retries=0, timeout=timeout,
-                                          default_headers=default_headers,
-                                          http_client=http_client)
+        self._client: Any = None    # the SDK client, when used (a subclass may set its own)
+        self._pool: Pool | None = None
+        if http_client is None and not proxy_configured():
+            self._headers = {"Authorization": f"Bearer {api_key}",
+                             "Content-Type": "application/json", "Accept": "application/json",
+                             **(default_headers or {})}
+            self._pool = Pool(self.base_url)
+        else:
+            import openai  # only here: see the module docstring
+            self._openai = openai
+            if http_client is None:   # share one TLS context: see tls.py
+                from .tls import shared_ssl_context
+                http_client = openai.DefaultAsyncHttpxClient(verify=shared_ssl_context())
+            self._client = openai.AsyncOpenAI(api_key=api_key, base_url=self.base_url,
+                                           max_retries=0, timeout=timeout,
+                                           default_headers=default_headers,
+                                           http_client=http_client)
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIClient({self.name!r}, base_url={self.base_url!r})"
@@ -134,24 +160,18 @@ class OpenAIClient:
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
         kw = self._request(messages, options)
         t0 = time.perf_counter()
-
-        async def attempt() -> Any:
-            try:
-                return await self._client.chat.completions.create(**kw)
-            except Exception as e:
-                raise model_error_from_sdk(e, openai, where=self._where) from e
-
+        attempt = self._post if self._pool is not None else self._sdk_create
         wants_tools = "tools" in kw
 
-        async def attempt_with_text() -> tuple[Any, str]:
-            resp = await attempt()
+        async def attempt_with_text() -> tuple[dict[str, Any], str]:
+            resp = await attempt(kw)
             return resp, self._text(resp, tool_calls_ok=wants_tools)
 
         resp, text = await with_retries(attempt_with_text, self.policy, self.stats,
                                         what=self.name)
         usage, cost = self._usage_and_cost(resp)
         return Completion(text=text, usage=usage, cost_usd=cost,
-                          model=getattr(resp, "model", None) or self.model,
+                          model=resp.get("model") or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)
 
     async def astream(self, messages: list[Message], on_delta: OnDelta,
@@ -164,31 +184,27 @@ class OpenAIClient:
         kw = self._request(messages, options)
         kw["stream"] = True
         kw["stream_options"] = {"include_usage": True}
-        # httpx's timeout bounds each read of a stream, not the whole reply: bound it here
-        total = float(kw["timeout"])
+        total = float(kw["timeout"])     # bounds the whole reply, not each read
         t0 = time.perf_counter()
 
-        async def attempt() -> tuple[Any, str]:
+        async def attempt() -> tuple[dict[str, Any], str]:
             pieces = Pieces(on_delta)
             state: dict[str, Any] = {"model": None, "usage": None, "finish": None, "id": ""}
             try:
-                async with asyncio.timeout(total):
-                    stream = await self._client.chat.completions.create(**kw)
-                    try:
-                        async for chunk in stream:
-                            self._take_chunk(chunk, pieces, state)
-                    finally:
-                        await stream.close()
-            except TimeoutError as e:
-                raise ModelError(f"{self._where}: request timed out", retryable=True) from e
-            except Exception as e:
-                err = model_error_from_sdk(e, openai, where=self._where)
-                if pieces.chars and err.retryable:
-                    raise StreamCut(self._where, pieces.chars, str(err)) from e
-                raise err from e
+                if self._pool is not None:
+                    await self._stream_http(kw, total, pieces, state)
+                else:
+                    await self._stream_sdk(kw, total, pieces, state)
+            except ModelError as err:
+                if pieces.chars and err.retryable and not isinstance(err, StreamCut):
+                    raise StreamCut(self._where, pieces.chars, str(err)) from err
+                raise
             if state["finish"] is None:
                 raise StreamCut(self._where, pieces.chars, "it ended with no finish_reason")
-            resp = self._assemble(pieces.text, state)
+            resp = {"id": state["id"] or "stream", "object": "chat.completion", "created": 0,
+                    "model": state["model"] or self.model, "usage": state["usage"],
+                    "choices": [{"index": 0, "finish_reason": state["finish"],
+                                 "message": {"role": "assistant", "content": pieces.text}}]}
             if state["usage"] is None and "no-stream-usage" not in self._warned:
                 self._warned.add("no-stream-usage")
                 log.warning("%s: the stream carried no usage (the server ignores "
@@ -199,70 +215,177 @@ class OpenAIClient:
         resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
         usage, cost = self._usage_and_cost(resp)
         return Completion(text=text, usage=usage, cost_usd=cost,
-                          model=getattr(resp, "model", None) or self.model,
+                          model=resp.get("model") or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)
 
-    @staticmethod
-    def _take_chunk(chunk: Any, pieces: Pieces, state: dict[str, Any]) -> None:
-        state["model"] = getattr(chunk, "model", None) or state["model"]
-        state["id"] = getattr(chunk, "id", None) or state["id"]
-        if getattr(chunk, "usage", None) is not None:
-            state["usage"] = chunk.usage
-        for choice in getattr(chunk, "choices", None) or ():
-            if choice.index != 0:
-                continue
-            if choice.delta is not None:
-                pieces.add(choice.delta.content)
-            state["finish"] = choice.finish_reason or state["finish"]
+    async def _stream_http(self, kw: dict[str, Any], total: float, pieces: Pieces,
+                           state: dict[str, Any]) -> None:
+        """One streamed request through the lean client: server-sent events, one JSON chunk
+        per `data:` line, until `[DONE]` or the end of the body."""
+        assert self._pool is not None
+        body = dict(kw)
+        body.pop("timeout")
+        headers = {**self._headers, "Accept": "text/event-stream",
+                   **(body.pop("extra_headers", None) or {})}
+        query = body.pop("extra_query", None)
+        body.update(body.pop("extra_body", None) or {})
+        path = "/chat/completions" + (f"?{urlencode(query, doseq=True)}" if query else "")
 
-    def _assemble(self, text: str, state: dict[str, Any]) -> Any:
-        """A ChatCompletion built from a stream's chunks (what `complete` would have got)."""
-        data = {"id": state["id"] or "stream", "object": "chat.completion", "created": 0,
-                "model": state["model"] or self.model,
-                "choices": [{"index": 0, "finish_reason": state["finish"],
-                             "message": {"role": "assistant", "content": text}}]}
+        def on_line(line: bytes) -> None:
+            if not line.startswith(b"data:"):
+                return                              # comments, event names, blank separators
+            data = line[5:].strip()
+            if data == b"[DONE]" or not data:
+                return
+            try:
+                chunk = json.loads(data)
+            except ValueError as e:
+                raise ModelError(f"{self._where}: malformed stream chunk: {data[:200]!r}",
+                                 retryable=True) from e
+            if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict) \
+                    and not chunk.get("choices"):
+                code = chunk["error"].get("code")
+                raise self._status_error(code if isinstance(code, int) else 502, {}, chunk,
+                                         data)
+            if isinstance(chunk, dict):
+                self._take_chunk(chunk, pieces, state)
+
         try:
-            resp: Any = openai.types.chat.ChatCompletion.model_validate(data)
-        except ValueError:       # a finish_reason the SDK's schema does not know
-            message = SimpleNamespace(content=text, tool_calls=None)
-            resp = SimpleNamespace(model=data["model"], choices=[SimpleNamespace(
-                message=message, finish_reason=state["finish"])])
-        resp.usage = state["usage"]
-        return resp
+            r = await self._pool.post_stream(path, json.dumps(body).encode(), headers, on_line,
+                                             timeout=total)
+        except HTTPTimeout as e:
+            raise ModelError(f"{self._where}: request timed out", retryable=True) from e
+        except HTTPError as e:
+            raise ModelError(f"{self._where}: connection error ({e})", retryable=True) from e
+        if not 200 <= r.status < 300:
+            try:
+                data = json.loads(r.body) if r.body else None
+            except (ValueError, UnicodeDecodeError):
+                data = None
+            raise self._status_error(r.status, r.headers, data, r.body)
 
-    def _text(self, resp: Any, *, tool_calls_ok: bool = False) -> str:
-        if not isinstance(resp, openai.BaseModel) and isinstance(resp, str | bytes):
+    async def _stream_sdk(self, kw: dict[str, Any], total: float, pieces: Pieces,
+                          state: dict[str, Any]) -> None:
+        try:
+            async with asyncio.timeout(total):
+                stream = await self._client.chat.completions.create(**kw)
+                try:
+                    async for chunk in stream:
+                        self._take_chunk(chunk.model_dump(), pieces, state)
+                finally:
+                    await stream.close()
+        except TimeoutError as e:
+            raise ModelError(f"{self._where}: request timed out", retryable=True) from e
+        except ModelError:
+            raise
+        except Exception as e:
+            raise model_error_from_sdk(e, self._openai, where=self._where) from e
+
+    @staticmethod
+    def _take_chunk(chunk: dict[str, Any], pieces: Pieces, state: dict[str, Any]) -> None:
+        state["model"] = chunk.get("model") or state["model"]
+        state["id"] = chunk.get("id") or state["id"]
+        if isinstance(chunk.get("usage"), dict):
+            state["usage"] = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or (choice.get("index") or 0) != 0:
+                continue
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                pieces.add(delta.get("content"))
+            state["finish"] = choice.get("finish_reason") or state["finish"]
+
+    async def _post(self, kw: dict[str, Any]) -> dict[str, Any]:
+        """One request through the lean client; the reply as a dict, or a ModelError."""
+        assert self._pool is not None
+        body = dict(kw)
+        timeout = body.pop("timeout")
+        headers = {**self._headers, **(body.pop("extra_headers", None) or {})}
+        query = body.pop("extra_query", None)
+        body.update(body.pop("extra_body", None) or {})
+        path = "/chat/completions" + (f"?{urlencode(query, doseq=True)}" if query else "")
+        try:
+            r = await self._pool.post(path, json.dumps(body).encode(), headers, timeout=timeout)
+        except HTTPTimeout as e:
+            raise ModelError(f"{self._where}: request timed out", retryable=True) from e
+        except HTTPError as e:
+            raise ModelError(f"{self._where}: connection error ({e})", retryable=True) from e
+        try:
+            data = json.loads(r.body) if r.body else None
+        except (ValueError, UnicodeDecodeError):
+            data = None
+        if not 200 <= r.status < 300:
+            raise self._status_error(r.status, r.headers, data, r.body)
+        if not isinstance(data, dict):
+            raise ModelError(f"{self._where}: malformed response (not a JSON object): "
+                             f"{r.body[:200]!r}", retryable=True)
+        if "choices" not in data and isinstance(data.get("error"), dict):
+            # Some gateways (OpenRouter) report an upstream failure in a 200 body.
+            err = data["error"]
+            code = err.get("code")
+            raise self._status_error(code if isinstance(code, int) else 502, r.headers, data,
+                                     r.body)
+        return data
+
+    def _status_error(self, status: int, headers: Mapping[str, str], data: Any,
+                      raw: bytes) -> ModelError:
+        err = data.get("error", data) if isinstance(data, dict) else None
+        if isinstance(err, dict) and err.get("message"):
+            msg = str(err["message"])
+        elif isinstance(err, str):
+            msg = err
+        else:
+            msg = raw.decode("utf-8", errors="replace").strip() or "(empty body)"
+        retry_after = parse_retry_after(headers) if status in (429, 503) or status >= 500 \
+            else None
+        return ModelError(f"{self._where}: HTTP {status}: {msg[:500]}",
+                          retryable=status in RETRYABLE_STATUSES or status >= 500,
+                          status=status, retry_after=retry_after)
+
+    async def _sdk_create(self, kw: dict[str, Any]) -> dict[str, Any]:
+        try:
+            resp = await self._client.chat.completions.create(**kw)
+        except Exception as e:
+            raise model_error_from_sdk(e, self._openai, where=self._where) from e
+        if isinstance(resp, str | bytes):
             # Some servers answer 200 with a non-JSON body; the SDK then hands back the text.
             raise ModelError(f"{self._where}: malformed response (not JSON): {resp[:200]!r}",
                              retryable=True)
-        choices = getattr(resp, "choices", None)
-        if not choices:
+        return resp.model_dump()
+
+    def _text(self, resp: dict[str, Any], *, tool_calls_ok: bool = False) -> str:
+        choices = resp.get("choices")
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise EmptyResponseError(f"{self._where} returned no text (no choices)")
         choice = choices[0]
-        content = getattr(choice.message, "content", None) if choice.message else None
-        if tool_calls_ok and choice.message and getattr(choice.message, "tool_calls", None):
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        content = message.get("content")
+        if isinstance(content, list):   # content parts, as a few servers send
+            content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
+        if tool_calls_ok and message.get("tool_calls"):
             return content or ""      # a reply that only calls tools has no text, rightly
-        if not content or not content.strip():
-            why = f"finish_reason={choice.finish_reason}"
-            if choice.finish_reason == "length":
+        if not isinstance(content, str) or not content.strip():
+            finish = choice.get("finish_reason")
+            why = f"finish_reason={finish}"
+            if finish == "length":
                 why += ": max_tokens too small?"
             raise EmptyResponseError(f"{self._where} returned no text ({why})")
         return content
 
-    def _usage_and_cost(self, resp: Any) -> tuple[Usage, float | None]:
-        u = getattr(resp, "usage", None)
-        if u is None:  # some servers send none: we cannot price what we cannot count
+    def _usage_and_cost(self, resp: dict[str, Any]) -> tuple[Usage, float | None]:
+        u = resp.get("usage")
+        if not isinstance(u, dict):  # some servers send none: we cannot price what we cannot count
             return Usage(), None
-        details = getattr(u, "prompt_tokens_details", None)
-        cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
-        usage = Usage(input_tokens=u.prompt_tokens or 0, output_tokens=u.completion_tokens or 0,
-                      cached_tokens=cached)
-        reported = (u.model_extra or {}).get("cost")  # OpenRouter reports the charged cost
-        if isinstance(reported, int | float):
+        details = u.get("prompt_tokens_details")
+        cached = (details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        usage = Usage(input_tokens=u.get("prompt_tokens") or 0,
+                      output_tokens=u.get("completion_tokens") or 0, cached_tokens=cached)
+        reported = u.get("cost")  # OpenRouter reports the charged cost
+        if isinstance(reported, int | float) and not isinstance(reported, bool):
             return usage, float(reported)
         cost = cost_usd(self.model, usage, overrides=self.prices)
-        if cost is None and getattr(resp, "model", None):
-            cost = cost_usd(resp.model, usage, overrides=self.prices)
+        if cost is None and resp.get("model"):
+            cost = cost_usd(str(resp["model"]), usage, overrides=self.prices)
         return usage, cost
 
     def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
@@ -271,4 +394,7 @@ class OpenAIClient:
         return estimate_usd(self.model, input_tokens, output_tokens, overrides=self.prices)
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._pool is not None:
+            await self._pool.aclose()
+        if self._client is not None:
+            await self._client.close()

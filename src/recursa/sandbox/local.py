@@ -70,6 +70,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from recursa.images import pillow_site
 from recursa.sandbox.forkserver import ZygoteTransport, zygote_host
 from recursa.sandbox.session import WorkerSession
 from recursa.sandbox.transport import (
@@ -153,6 +154,7 @@ class WorkerConfig:
     drop_uid: bool                  # bwrap as root: each worker gets its own uid
     worker: str = str(WORKER_PATH)
     userns: bool = False            # bwrap without root: a zygote in a user namespace
+    pillow: str | None = field(default_factory=pillow_site)   # for Image.crop in the worker
 
     def new_worker(self) -> WorkerSpec:
         """Make a worker's private directories (and uid) and its command line."""
@@ -175,6 +177,7 @@ class WorkerConfig:
         if self.mode == "limits":
             env.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=spec.workspace,
                        TMPDIR=spec.workspace)
+            tail += ["--pillow", self.pillow] if self.pillow else []
             return [self.python, "-I", "-S", self.worker, *tail], env, spec.workspace
 
         assert spec.ctxdir is not None
@@ -265,6 +268,10 @@ class WorkerConfig:
         if relocate:
             a += ["--ro-bind", prefix, f"{_IN}/python"]
         a += ["--ro-bind", self.worker, f"{_IN}/worker.py"]
+        if self.pillow:   # only PIL and its bundled libraries (the worker looks for them here)
+            a += ["--perms", "0755", "--dir", f"{_IN}/site",
+                  "--ro-bind", f"{self.pillow}/PIL", f"{_IN}/site/PIL",
+                  "--ro-bind-try", f"{self.pillow}/pillow.libs", f"{_IN}/site/pillow.libs"]
         return a, python
 
     @staticmethod

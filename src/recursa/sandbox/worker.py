@@ -11,6 +11,7 @@ Wire format and messages are documented in ``recursa/sandbox/protocol.py``.
 from __future__ import annotations
 
 import ast
+import base64
 import builtins
 import io
 import json
@@ -35,7 +36,7 @@ _MAX_FRAME = 1 << 30
 HELPER_NAMES = (
     "llm_query", "llm_batch", "llm_query_batched",
     "rlm_query", "rlm_batch", "rlm_query_batched",
-    "FINAL", "FINAL_VAR", "SHOW_VARS",
+    "FINAL", "FINAL_VAR", "SHOW_VARS", "Image", "list_images",
 )
 RESERVED_NAMES = frozenset(HELPER_NAMES) | {"context", "answer"}
 
@@ -185,6 +186,8 @@ class Repl:
         h["FINAL"] = self.FINAL
         h["FINAL_VAR"] = self.FINAL_VAR
         h["SHOW_VARS"] = self.SHOW_VARS
+        h["Image"] = Image
+        h["list_images"] = self.list_images
         # A private builtins dict: if user code deletes a helper from globals, the name still
         # resolves (to the original) through builtins.
         bdict = dict(builtins.__dict__)
@@ -208,7 +211,10 @@ class Repl:
             f = open(path or "", "rb")
         with f:
             if kind == "json":
-                value = json.load(f)
+                raw = f.read()
+                # images travel as {"__recursa_image__": 1, ...}: revive only when present
+                hook = _revive_image if IMAGE_MARK.encode() in raw else None
+                value = json.loads(raw, object_hook=hook)
             elif kind == "text":
                 value = f.read().decode("utf-8", errors="replace")
             else:
@@ -216,11 +222,29 @@ class Repl:
         self.set_context(value)
 
     # -- helpers visible to user code
-    def llm_query(self, prompt: Any, model: str | None = None, **opts: Any) -> str:
-        return self._call("llm", {"prompt": prompt, "model": model, "opts": opts})
+    def llm_query(self, prompt: Any, model: str | None = None, images: Any = None,
+                  **opts: Any) -> str:
+        args = {"prompt": prompt, "model": model, "opts": opts}
+        if images is not None:
+            args["images"] = _images_arg(images)
+        return self._call("llm", args)
 
-    def llm_batch(self, prompts: Any, model: str | None = None, **opts: Any) -> list:
-        return self._call("llm_batch", {"prompts": list(prompts), "model": model, "opts": opts})
+    def llm_batch(self, prompts: Any, model: str | None = None, images: Any = None,
+                  **opts: Any) -> list:
+        prompts = list(prompts)
+        args = {"prompts": prompts, "model": model, "opts": opts}
+        if images is not None:   # one entry per prompt: an Image, a list of them, or None
+            images = list(images)
+            if len(images) != len(prompts):
+                raise ValueError(f"llm_batch got {len(prompts)} prompts but {len(images)} "
+                                 "entries in images= (give one per prompt: an Image, a list "
+                                 "of Images, or None)")
+            args["images"] = [None if i is None else _images_arg(i) for i in images]
+        return self._call("llm_batch", args)
+
+    def list_images(self, value: Any = None) -> list:
+        """[(where, Image)] for every image in `value` (default: the context)."""
+        return _find_images(self.globals.get("context") if value is None else value, "context")
 
     def rlm_query(self, prompt: Any, context: Any = None, **opts: Any) -> str:
         return self._call("rlm", {"prompt": prompt, "context": context, "opts": opts})
@@ -353,6 +377,115 @@ class Repl:
         }
 
 
+# ------------------------------------------------------------------ images
+IMAGE_MARK = "__recursa_image__"
+SANDBOX_PILLOW = "/recursa/site"    # the local sandbox binds the host's PIL here, read-only
+_PIL_FORMATS = {"png": "PNG", "jpeg": "JPEG", "gif": "GIF", "webp": "WEBP"}
+
+
+class Image:
+    """An image of the context, or a crop of one. `.size` (w, h), `.format`, `.name`, `.data`
+    (the encoded bytes) work everywhere; `.crop()` and `.pil()` need Pillow in the sandbox."""
+
+    __slots__ = ("data", "format", "width", "height", "name")
+
+    def __init__(self, data: bytes, format: str, width: int, height: int,  # noqa: A002
+                 name: str = ""):
+        self.data = bytes(data)
+        self.format = str(format)
+        self.width = int(width)
+        self.height = int(height)
+        self.name = str(name)
+
+    @property
+    def size(self) -> tuple:
+        return (self.width, self.height)
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        label = f"{self.name!r}, " if self.name else ""
+        return f"Image({label}{self.format}, {self.width}x{self.height}, {len(self.data):,} bytes)"
+
+    __str__ = __repr__
+
+    def _wire(self) -> dict:
+        return {IMAGE_MARK: 1, "name": self.name, "format": self.format, "width": self.width,
+                "height": self.height, "b64": base64.b64encode(self.data).decode("ascii")}
+
+    def pil(self) -> Any:
+        """The image as a Pillow image (decoded here, in the sandbox)."""
+        try:
+            from PIL import Image as PILImage
+        except ImportError:
+            raise RuntimeError(
+                "Pillow is not available in this sandbox, so images cannot be decoded or "
+                "cropped here (listing them, .size and sending them with llm_query(..., "
+                "images=[img]) still work). Install it on the host with "
+                "pip install 'recursa[images]'") from None
+        import io as _io
+        img = PILImage.open(_io.BytesIO(self.data))
+        img.load()
+        return img
+
+    def crop(self, box: Any) -> Image:
+        """A new Image of the region box=(left, top, right, bottom) in pixels."""
+        try:
+            left, top, right, bottom = (int(v) for v in box)
+        except (TypeError, ValueError):
+            raise ValueError(f"crop box must be (left, top, right, bottom) integers, got "
+                             f"{box!r}") from None
+        if not (0 <= left < right <= self.width and 0 <= top < bottom <= self.height):
+            raise ValueError(f"crop box {(left, top, right, bottom)} is not inside the image "
+                             f"(0, 0, {self.width}, {self.height}) or is empty")
+        import io as _io
+        region = self.pil().crop((left, top, right, bottom))
+        fmt = "jpeg" if self.format == "jpeg" else "png"   # PNG keeps crops lossless
+        if fmt == "png" and region.mode not in ("1", "L", "LA", "P", "RGB", "RGBA", "I", "I;16"):
+            region = region.convert("RGBA")
+        buf = _io.BytesIO()
+        region.save(buf, format=_PIL_FORMATS[fmt], **({"quality": 95} if fmt == "jpeg" else {}))
+        name = f"{self.name or 'image'}[{left},{top},{right},{bottom}]"
+        return Image(buf.getvalue(), fmt, right - left, bottom - top, name)
+
+
+def _revive_image(d: dict) -> Any:
+    if d.get(IMAGE_MARK) == 1 and "b64" in d:
+        return Image(base64.b64decode(d["b64"]), d.get("format", ""), d.get("width", 0),
+                     d.get("height", 0), d.get("name", ""))
+    return d
+
+
+def _images_arg(images: Any) -> list:
+    items = [images] if isinstance(images, Image | bytes | bytearray) else list(images)
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, Image):
+            out.append(item._wire())
+        elif isinstance(item, bytes | bytearray):   # encoded image bytes; the host checks them
+            out.append({IMAGE_MARK: 1, "name": "", "format": "", "width": 0, "height": 0,
+                        "b64": base64.b64encode(bytes(item)).decode("ascii")})
+        else:
+            raise TypeError(f"images[{i}] is a {type(item).__name__}; images= takes Image "
+                            "objects (e.g. from list_images() or img.crop(...)) or image bytes")
+    return out
+
+
+def _find_images(value: Any, where: str) -> list:
+    if isinstance(value, Image):
+        return [(where, value)]
+    out: list = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _find_images(v, f"{where}[{k!r}]")
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            out += _find_images(v, f"{where}[{i}]")
+    return out
+
+
 # ------------------------------------------------------------------ the worker process
 class _Channel:
     """Framed JSON over two private fds; writes are serialised by a lock."""
@@ -396,6 +529,8 @@ class _Channel:
 
 
 def _json_fallback(obj: Any) -> Any:
+    if isinstance(obj, Image):
+        return obj._wire()
     if isinstance(obj, set | frozenset | tuple):
         return list(obj)
     if isinstance(obj, bytes | bytearray):
@@ -548,6 +683,20 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def _allow_pillow(where: str) -> None:
+    """Let `import PIL` find Pillow in `where` without putting that directory on sys.path."""
+    import importlib.machinery
+
+    class _PillowOnly:
+        @staticmethod
+        def find_spec(name: str, path: Any = None, target: Any = None) -> Any:
+            if name != "PIL":
+                return None
+            return importlib.machinery.PathFinder.find_spec(name, [where])
+
+    sys.meta_path.append(_PillowOnly)
+
+
 def _apply_limits(limits: dict[str, int]) -> None:
     try:
         import resource
@@ -616,14 +765,22 @@ def main(argv: list[str] | None = None) -> int:
                     help="a pre-started worker: wait for the host's init, open its context_path, "
                          "and only then drop privileges (--uid) and serve. Nothing but init is "
                          "accepted first, so no user code can run before the drop")
+    ap.add_argument("--pillow", default=None,
+                    help="a directory holding the PIL package: make `import PIL` (only) work")
     args = ap.parse_args(argv)
     return run(json.loads(args.limits), uid=args.uid, gid=args.gid, preopen=args.preopen,
-               late_context=args.late_context, pdeathsig=not args.no_pdeathsig)
+               late_context=args.late_context, pdeathsig=not args.no_pdeathsig,
+               pillow=args.pillow)
 
 
 def run(limits: dict[str, int], *, uid: int | None = None, gid: int | None = None,
-        preopen: Sequence[str] = (), late_context: bool = False, pdeathsig: bool = True) -> int:
+        preopen: Sequence[str] = (), late_context: bool = False, pdeathsig: bool = True,
+        pillow: str | None = None) -> int:
     """The worker process proper (`main` without the command line: the zygote calls this)."""
+    # Pillow for Image.crop: given, or where the local sandbox's bubblewrap shows it
+    pillow = pillow or (SANDBOX_PILLOW if os.path.isdir(f"{SANDBOX_PILLOW}/PIL") else None)
+    if pillow:
+        _allow_pillow(pillow)
     # Keep the protocol on private fds; user code writing to fd 0/1 hits /dev/null instead.
     rfd, wfd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)

@@ -4,9 +4,10 @@
                                   api_key="s3cret", limits={"max_cost_usd": 1.0}))
     serve(app, host="127.0.0.1", port=8000)          # or any ASGI server
 
-The request's final user message is the query; every other message, an optional `context` field
-and attached text files become the RLM's context (docs/server.md has the rules, the progress
-streaming format and the error shapes).
+The request's final user message is the query (less any document pasted into it); the pasted
+document, a long system prompt, earlier turns, an optional `context` field and attached text
+files become the RLM's context; a short system prompt is added to the query as instructions
+(docs/server.md has the rules, the progress streaming format and the error shapes).
 
 Built on Starlette + uvicorn rather than FastAPI: the API is two routes whose request bodies we
 must parse ourselves anyway (the size limit applies *before* JSON parsing, and errors must use
@@ -31,14 +32,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from recursa.budget import Budget
+from recursa.images import Image, ImageError, from_content_part, sniff
+from recursa.preflight import PreflightError
 from recursa.rlm import RLM
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
+from recursa.server.paste import SHORT, split_document, tagged_context
 from recursa.types import ContextError, Event, ModelClient, RecursaError, Result
 
 log = logging.getLogger("recursa.server")
@@ -83,15 +88,46 @@ class ServerConfig:
     keepalive_s: float = 15.0
     progress: Literal["reasoning", "field", "none"] = "reasoning"
     rlm_factory: Callable[[ServerConfig, RunSpec], RLM] | None = None
+    # Model clients by spec, built once and shared by every request's RLM, so requests reuse
+    # the keep-alive (and TLS) connections to the upstream instead of opening their own.
+    shared_clients: dict[str, ModelClient] = field(default_factory=dict, repr=False)
 
     def caps(self) -> Budget:
         return Budget(**self.limits)
 
+    def client(self, spec: str | ModelClient | None, *, root: bool = False
+               ) -> str | ModelClient | None:
+        """The shared client for a model spec (built on first use), with the endpoint and key
+        RLM itself would give it: the sub-model gets --base-url and the key only when it is of
+        the root's provider."""
+        if not isinstance(spec, str):
+            return spec
+        if spec not in self.shared_clients:
+            from recursa.models import make_client
+            provider = spec.split(":", 1)[0]
+            same = root or (isinstance(self.model, str) and
+                            self.model.split(":", 1)[0] == provider)
+            base_url = self.base_url if root else (self.sub_base_url or
+                                                  (self.base_url if same else None))
+            opts: dict[str, Any] = {}
+            if base_url and provider not in ("local", "replay"):   # as RLM._client does
+                opts["base_url"] = base_url
+            if self.upstream_api_key and same:
+                opts["api_key"] = self.upstream_api_key
+            self.shared_clients[spec] = make_client(spec, **opts)
+        return self.shared_clients[spec]
+
+    async def aclose_clients(self) -> None:
+        clients, self.shared_clients = list(self.shared_clients.values()), {}
+        for c in clients:
+            with contextlib.suppress(Exception):
+                await c.aclose()
+
 
 def default_rlm_factory(config: ServerConfig, spec: RunSpec) -> RLM:
-    return RLM(model=config.model, sub_model=spec.sub_model or config.sub_model,
-               base_url=config.base_url, sub_base_url=config.sub_base_url,
-               api_key=config.upstream_api_key,
+    sub = spec.sub_model or config.sub_model
+    return RLM(model=config.client(config.model, root=True),
+               sub_model=None if sub is None else config.client(sub),
                sandbox=config.sandbox, concurrency=config.concurrency,
                max_output_chars=config.max_output_chars, trace_dir=config.trace_dir,
                on_event=spec.on_event, **config.limits)
@@ -134,10 +170,24 @@ class ChatRun:
     clamped: list[str]
     sub_model: str | None
     model_name: str
+    output: Any = None                  # an OutputSpec from `response_format`, or None
 
 
-def _text_of_file(part: dict[str, Any]) -> tuple[str, str]:
-    """(filename, text) of an attached file given inline as base64 `file_data`."""
+def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
+    """An `image_url` part with a data URL; an http(s) URL is refused (no network here)."""
+    try:
+        return from_content_part(part)
+    except ImageError as e:
+        url = part.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        remote = isinstance(url, str) and not url.startswith("data:")
+        raise RequestError(str(e), param="messages",
+                           code="image_url_not_supported" if remote else "invalid_image") from e
+
+
+def _text_of_file(part: dict[str, Any]) -> tuple[str, Any]:
+    """(filename, text) of an attached file given inline as base64 `file_data` (an image file:
+    (filename, Image))."""
     f = part.get("file") if isinstance(part.get("file"), dict) else {}
     data = f.get("file_data")
     name = str(f.get("filename") or "file")
@@ -150,33 +200,40 @@ def _text_of_file(part: dict[str, Any]) -> tuple[str, str]:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as e:
         raise RequestError(f"file {name!r}: file_data is not valid base64", param="messages") from e
+    if sniff(raw[:16]):
+        try:
+            return name, Image.from_bytes(raw, name=name)
+        except ImageError as e:
+            raise RequestError(str(e), param="messages", code="invalid_image") from e
     if b"\x00" in raw[:8192]:
-        raise RequestError(f"file {name!r} looks binary; only text files can be context",
+        raise RequestError(f"file {name!r} looks binary; only text and image files can be context",
                            param="messages")
     return name, raw.decode("utf-8", errors="replace")
 
 
-def _split_content(content: Any) -> tuple[str, list[tuple[str, str]]]:
-    """A message's text and its attached files."""
+def _split_content(content: Any) -> tuple[list[str], list[tuple[str, Any]]]:
+    """A message's text parts and its attached files."""
     if content is None:
-        return "", []
+        return [], []
     if isinstance(content, str):
-        return content, []
+        return [content], []
     if not isinstance(content, list):
         raise RequestError("message content must be a string or a list of parts",
                            param="messages")
     texts: list[str] = []
-    files: list[tuple[str, str]] = []
+    files: list[tuple[str, Any]] = []
     for part in content:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text":
             texts.append(str(part.get("text") or ""))
         elif kind == "file":
             files.append(_text_of_file(part))
+        elif kind == "image_url":
+            files.append(_image_of_part(part))
         else:
-            raise RequestError(f"unsupported content part type {kind!r} (text and file only)",
-                               param="messages")
-    return "\n".join(texts), files
+            raise RequestError(f"unsupported content part type {kind!r} (text, image_url and "
+                               "file only)", param="messages")
+    return texts, files
 
 
 def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
@@ -194,21 +251,36 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
     if last is None:
         raise RequestError("no user message: the final user message is the query",
                            param="messages")
-    query, files = _split_content(messages[last].get("content"))
-    query = query.strip()
+    texts, files = _split_content(messages[last].get("content"))
+    # A document pasted into the question's message is context, not query (paste.py has the
+    # shapes chat clients use).
+    query, document = split_document(texts)
     if not query:
         raise RequestError("the final user message has no text to use as the query",
                            param="messages")
+    documents = [document] if document else []
 
-    # Every other message becomes a transcript the RLM can read as context.
+    # A short system prompt is an instruction for the answer and goes with the query; a long one
+    # is a document (`llm -s "$(cat report.txt)" "question"`). Other turns are a transcript.
+    instructions: list[str] = []
     lines: list[str] = []
     for i, m in enumerate(messages):
         if i == last:
             continue
-        text, more = _split_content(m.get("content"))
+        parts_i, more = _split_content(m.get("content"))
         files.extend(more)
-        if text.strip():
-            lines.append(f"[{m.get('role', 'user')}]\n{text}")
+        text = "\n".join(parts_i)
+        if not text.strip():
+            continue
+        role = m.get("role", "user")
+        if role in ("system", "developer"):
+            _, tagged = tagged_context(text)
+            if tagged is None and len(text) <= SHORT:
+                instructions.append(text.strip())
+            else:
+                documents.append(tagged or text)
+            continue
+        lines.append(f"[{role}]\n{text}")
     parts: dict[str, Any] = {}
     if "context" in body and body["context"] is not None:
         given = body["context"]
@@ -218,28 +290,37 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
             raise RequestError("`context` is empty: there is nothing to answer the query over",
                                param="context")
         parts["context"] = given
+    if documents:
+        parts["document"] = "\n\n".join(documents)
     if lines:
         parts["conversation"] = "\n\n".join(lines)
     if files:
-        names: dict[str, str] = {}
+        names: dict[str, Any] = {}
         for name, text in files:
             key, n = name, 1
             while key in names:   # two attachments with one name keep both
                 n += 1
-                key = f"{name} ({n})"
+                key = f"{name} ({n})" if isinstance(text, str) else name.replace(".", f"-{n}.")
             names[key] = text
-        parts["files"] = names
+        # images (image_url parts, image files) are `images`, the rest `files`
+        split = {k: {n: v for n, v in names.items() if isinstance(v, Image) is (k == "images")}
+                 for k in ("files", "images")}
+        parts.update({k: v for k, v in split.items() if v})
     if not parts:
         # Nothing but the question: like rlm_query without a context, the message itself is the
-        # context, so a plain chat client pasting a huge document still gets an RLM over it.
+        # context, so a chat client pasting a huge document still gets an RLM over it. The
+        # query shows both ends, where a question usually is.
         context: Any = query
         if len(query) > QUERY_PREVIEW:
-            query = query[:QUERY_PREVIEW] + " ...\n(The full request is the REPL variable " \
-                "`context`.)"
+            half = QUERY_PREVIEW // 2
+            query = f"{query[:half]}\n...\n{query[-half:]}\n(The full request is the REPL " \
+                "variable `context`.)"
     elif len(parts) == 1:
         context = next(iter(parts.values()))
     else:
         context = parts
+    if instructions:
+        query += "\n\nInstructions from the chat's system prompt:\n" + "\n".join(instructions)
 
     rec = body.get("recursa") or {}
     if not isinstance(rec, dict):
@@ -256,11 +337,44 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
                                f"{', '.join(sorted(allowed)) or '(none)'}",
                                param="recursa.sub_model", code="sub_model_not_allowed")
     limits, clamped = clamp_limits(config.caps(), rec)
+    output = _output_spec(body.get("response_format"))
     opts = body.get("stream_options") or {}
     return ChatRun(query=query, context=context, stream=bool(body.get("stream")),
                    include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
                    limits=limits, clamped=clamped, sub_model=sub_model,
-                   model_name=str(body.get("model") or config.served_model))
+                   model_name=str(body.get("model") or config.served_model), output=output)
+
+
+def _output_spec(fmt: Any) -> Any:
+    """`response_format`: json_schema -> the answer must match it; json_object -> any object."""
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "text":
+        return None
+    from recursa.output import OutputSpec
+    if kind == "json_object":
+        return OutputSpec.of({"type": "object"})
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict):
+            raise RequestError("response_format.json_schema.schema must be a JSON schema object",
+                               param="response_format")
+        try:
+            return OutputSpec.of(schema)
+        except ValueError as e:
+            raise RequestError(f"response_format: {e}", param="response_format") from None
+    raise RequestError("response_format.type must be text, json_object or json_schema",
+                       param="response_format")
+
+
+def answer_content(result: Result, run: ChatRun) -> str:
+    """The reply's text: the validated JSON for a typed request, else the answer (a typed
+    request whose answer never validated keeps the answer; `recursa.output_error` says why)."""
+    if run.output is not None and result.parsed is not None:
+        return json.dumps(result.parsed, ensure_ascii=False)
+    return result.answer
 
 
 # ---------------------------------------------------------------- responses
@@ -277,7 +391,10 @@ def finish_reason(result: Result) -> str:
 
 
 def _recursa_field(result: Result, run: ChatRun) -> dict[str, Any]:
-    return {**summary(result), "limits": run.limits, "clamped": run.clamped}
+    out = {**summary(result), "limits": run.limits, "clamped": run.clamped}
+    if run.output is not None:
+        out["output_error"] = result.output_error
+    return out
 
 
 _DONE, _GONE = object(), object()
@@ -328,12 +445,16 @@ class RunResponse:
                     sub_model=self.run.sub_model,
                     on_event=on_event if self.run.stream and self.config.progress != "none"
                     else None))
+            except PreflightError as e:    # e.g. a cost cap on a model with no price
+                await error_response(400, str(e), code="preflight_failed")(scope, receive, send)
+                return
             except (RecursaError, ValueError, TypeError, OSError) as e:
                 log.exception("could not build the RLM for %s", self.id)
                 await error_response(500, f"cannot start the run: {e}", type_="server_error")(
                     scope, receive, send)
                 return
             task = asyncio.create_task(rlm.acompletion(self.run.query, self.run.context,
+                                                       output=self.run.output,
                                                        **self.run.limits))
             task.add_done_callback(lambda _t: queue.put_nowait(_DONE))
             watcher = asyncio.create_task(watch())
@@ -357,6 +478,8 @@ class RunResponse:
             return task.result()
         except ContextError as e:
             return error_response(400, str(e), param="context")
+        except PreflightError as e:    # a request the server cannot run as asked: nothing spent
+            return error_response(400, str(e), code="preflight_failed")
         except (RecursaError, ValueError, TypeError) as e:
             return error_response(500, f"{type(e).__name__}: {e}", type_="server_error")
         except Exception as e:  # noqa: BLE001 - a failed run is reported, never a crash
@@ -383,7 +506,8 @@ class RunResponse:
                 "id": self.id, "object": "chat.completion", "created": self.created,
                 "model": self.run.model_name,
                 "choices": [{"index": 0, "finish_reason": finish_reason(out), "logprobs": None,
-                             "message": {"role": "assistant", "content": out.answer,
+                             "message": {"role": "assistant",
+                                         "content": answer_content(out, self.run),
                                          "refusal": None}}],
                 "usage": openai_usage(out), "recursa": _recursa_field(out, self.run)})
         # The watcher task owns `receive`; a JSON response never reads it.
@@ -431,8 +555,9 @@ class RunResponse:
             await emit(json.loads(bytes(failed.body)))
         else:
             assert isinstance(out, Result)
-            for i in range(0, len(out.answer), ANSWER_CHUNK):
-                await emit(self._chunk({"content": out.answer[i:i + ANSWER_CHUNK]}))
+            content = answer_content(out, self.run)
+            for i in range(0, len(content), ANSWER_CHUNK):
+                await emit(self._chunk({"content": content[i:i + ANSWER_CHUNK]}))
             await emit(self._chunk({}, finish_reason(out),
                                    recursa=_recursa_field(out, self.run)))
             if self.run.include_usage:
@@ -542,7 +667,26 @@ def create_app(config: ServerConfig) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "running": slots.used, "max_runs": slots.size})
 
-    app = Starlette(routes=[
+    async def http_error(request: Request, exc: Exception) -> Response:
+        # Starlette's own 404 / 405 are plain text; OpenAI clients expect their error shape.
+        assert isinstance(exc, HTTPException)
+        where = f"{request.method} {request.url.path}"
+        if exc.status_code == 404:
+            return error_response(404, f"unknown route {where}; this server serves GET "
+                                  "/v1/models, GET /v1/models/{model}, POST /v1/chat/completions "
+                                  "and GET /health", code="unknown_url")
+        if exc.status_code == 405:
+            allow = (exc.headers or {}).get("Allow", "")
+            return error_response(405, f"method not allowed: {where} (allowed: {allow})",
+                                  code="method_not_allowed", headers=exc.headers)
+        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        yield
+        await config.aclose_clients()
+
+    app = Starlette(lifespan=lifespan, exception_handlers={HTTPException: http_error}, routes=[
         Route("/v1/models", guarded(models), methods=["GET"]),
         Route("/v1/models/{name:path}", guarded(model), methods=["GET"]),
         Route("/v1/chat/completions", guarded(chat), methods=["POST"]),

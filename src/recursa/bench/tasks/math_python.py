@@ -33,9 +33,9 @@ def _plain(q: Fraction) -> str:
 def make_problem(kind: str, rng: random.Random) -> tuple[str, Fraction]:
     """(problem text, exact answer)."""
     if kind == "fraction_arith":
-        a, b, c = (Fraction(rng.randrange(1, 20), rng.randrange(2, 13)) for _ in range(3))
-        return (f"Compute {_plain(a)} + {_plain(b)} * {_plain(c)} exactly, as a reduced fraction.",
-                a + b * c)
+        x, y, z = (Fraction(rng.randrange(1, 20), rng.randrange(2, 13)) for _ in range(3))
+        return (f"Compute {_plain(x)} + {_plain(y)} * {_plain(z)} exactly, as a reduced fraction.",
+                x + y * z)
     if kind == "linear_equation":
         while True:
             a, c = rng.randrange(-9, 10), rng.randrange(-9, 10)
