@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_sandbox_start.py            # 64 runs, 5 repeats
     .venv/bin/python benchmarks/bench_sandbox_start.py --runs 16 --repeats 3
     .venv/bin/python benchmarks/bench_sandbox_start.py --as-user    # (as root) the non-root path
+    .venv/bin/python benchmarks/bench_sandbox_start.py --sides local,inprocess,local@user,inprocess@user
 
 Sides, each in its own driver process against its own scripted OpenAI-compatible server
 (127.0.0.1, every request waits --latency s):
@@ -197,7 +198,7 @@ def _join_given(group: str) -> str | None:
 def drive(p: dict[str, Any]) -> dict[str, Any]:
     given = p.get("cpuacct")
     group = _join_given(given) if given else _join_own_cpuacct()
-    sandbox, zygote = SIDES[p["side"]]
+    sandbox, zygote = SIDES[p["side"].removesuffix("@user")]
     if not zygote:
         os.environ["RECURSA_ZYGOTE"] = "0"
     import asyncio
@@ -312,18 +313,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency", type=float, default=0.2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--starts", type=int, default=30, help="start/close cycles per side")
-    ap.add_argument("--sides", default=",".join(SIDES))
+    ap.add_argument("--sides", default=",".join(SIDES),
+                    help="comma-separated; a side with the suffix @user runs as an unprivileged "
+                         "uid (as root)")
     ap.add_argument("--out", default="")
     ap.add_argument("--as-user", action="store_true",
                     help="(as root) run every side as an unprivileged uid: the non-root path")
     a = ap.parse_args(argv)
     sides = [s for s in a.sides.split(",") if s]
-    python, made_group = RECURSA_PYTHON, _no_group
     if a.as_user:
-        python, made_group = _as_user()
+        sides = [s if s.endswith("@user") else s + "@user" for s in sides]
+    bad = [s for s in sides if s.removesuffix("@user") not in SIDES]
+    if bad:
+        raise SystemExit(f"unknown sides {bad}: choose from {sorted(SIDES)}, each with an "
+                         f"optional @user suffix")
+    runners = {False: (RECURSA_PYTHON, _no_group)}
+    if any(s.endswith("@user") for s in sides):
+        runners[True] = _as_user()
     rows: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     for rep in range(a.repeats):
         for side in sides:
+            python, made_group = runners[side.endswith("@user")]
             with Server("scripted", latency=a.latency) as srv, made_group() as group:
                 r = run_driver(python, "bench_sandbox_start",
                                {"side": side, "base_url": srv.base_url, "runs": a.runs,
@@ -333,19 +343,19 @@ def main(argv: list[str] | None = None) -> int:
             rows[side].append(r)
             msg = r.get("error") or (f"wall {r['wall_s']:.2f} s, cpu {r['cpu_s']:.2f} s, "
                                      f"wrong {r['n_wrong']}")
-            print(f"repeat {rep + 1}/{a.repeats} {side:12s} {msg}", file=sys.stderr, flush=True)
+            print(f"repeat {rep + 1}/{a.repeats} {side:16s} {msg}", file=sys.stderr, flush=True)
 
     def med(side: str, key: str) -> float | None:
         xs = [r[key] for r in rows[side] if key in r]
         return statistics.median(xs) if xs else None
 
     ideal = 3 * a.latency
-    who = f"as unprivileged uid {sandbox_asuser.uid()}" if a.as_user else f"as uid {os.geteuid()}"
-    print(f"\ndrivers ran {who}")
+    print(f"\ndrivers ran as uid {os.geteuid()}; sides marked @user as unprivileged uid "
+          f"{sandbox_asuser.uid()}")
     print(f"{a.runs} concurrent runs in one process, one RLM; each run 2 root turns + "
           f"{a.subcalls} sub-calls, latency {a.latency} s (ideal {ideal:.1f} s); "
           f"median of {a.repeats} repeats, sides interleaved")
-    print(f"{'side':12s} {'wall s (min-max)':>22s} {'cpu s / run':>12s} {'wrong':>6s}")
+    print(f"{'side':16s} {'wall s (min-max)':>22s} {'cpu s / run':>12s} {'wrong':>6s}")
     for side in sides:
         walls = [r["wall_s"] for r in rows[side] if "wall_s" in r]
         w = med(side, "wall_s")
@@ -354,13 +364,14 @@ def main(argv: list[str] | None = None) -> int:
         errs = [r["error"] for r in rows[side] if "error" in r]
         wtxt = f"{w:.2f} ({min(walls):.2f}-{max(walls):.2f})" if walls else "-"
         ctxt = f"{c / a.runs * 1e3:.1f} ms" if c is not None else "-"
-        print(f"{side:12s} {wtxt:>22s} {ctxt:>12s} {wrong:>6d}" + (f"  errors: {errs[:1]}"
+        print(f"{side:16s} {wtxt:>22s} {ctxt:>12s} {wrong:>6d}" + (f"  errors: {errs[:1]}"
                                                                     if errs else ""))
-    base = med("inprocess", "wall_s") if "inprocess" in rows else None
     for side in sides:
+        ref = "inprocess@user" if side.endswith("@user") else "inprocess"
+        base = med(ref, "wall_s") if ref in rows else None
         w = med(side, "wall_s")
-        if base and w and side != "inprocess":
-            print(f"ratio {side} / inprocess (median wall): {w / base:.2f}x")
+        if base and w and side != ref:
+            print(f"ratio {side} / {ref} (median wall): {w / base:.2f}x")
     print("\nisolated starts at steady state (start + one cell + close, in a row):")
     for side in sides:
         st = next((r["starts"] for r in rows[side] if "starts" in r), None)
@@ -368,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         spare = st.get("idle_spare", {})
         worker = st.get("started_worker", {})
-        print(f"{side:12s} cpu {st['cpu_ms_per_start_cell_close']:.1f} ms per cycle, wall "
+        print(f"{side:16s} cpu {st['cpu_ms_per_start_cell_close']:.1f} ms per cycle, wall "
               f"{st['wall_ms_per_cycle']:.1f} ms; idle spare: rss {spare.get('rss_mb')} MB, "
               f"pss {spare.get('pss_mb')} MB, private {spare.get('uss_mb')} MB "
               f"({st.get('idle_spare_is', '-')}); a started idle worker: private "
