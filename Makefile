@@ -39,6 +39,7 @@ demo: model
 
 lint: install
 	$(BIN)/ruff check src tests $(wildcard benchmarks examples)
+	$(BIN)/mypy
 
 test: model lint
 	$(BIN)/python -m pytest -m "" -q -p no:cacheprovider

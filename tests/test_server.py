@@ -115,6 +115,7 @@ def make_server(scripted: Scripted, sandboxes: CountingSandboxes | None = None,
         return RLM(model=scripted.root, sub_model=scripted.sub, sandbox=boxes,
                    on_event=spec.on_event, **cfg.limits)
     config.setdefault("api_key", KEY)
+    config.setdefault("sessions", 0)   # one sandbox per request here (test_server_sessions.py)
     cfg = ServerConfig(model=scripted.root, rlm_factory=factory, **config)
     return Server(create_app(cfg))
 

@@ -195,11 +195,12 @@ class Dispatcher:
         limit = self.trace_prompt_chars
         shown = text_in if limit is None or len(text_in) <= limit else (
             text_in[:limit] + f"\n... [{len(text_in) - limit:,} more characters not traced]")
+        traced: dict[str, Any] = {"images": [i.trace_info() for i in imgs]} if imgs else {}
         ev = self.tracer.emit("subcall", phase="start", parent=node.parent, depth=node.depth,
                               model=model or self.sub_client.name, prompt=shown,
                               prompt_chars=len(text_in),
                               prompt_sha256=hashlib.sha256(text_in.encode()).hexdigest()[:16],
-                              **({"images": [i.trace_info() for i in imgs]} if imgs else {}))
+                              **traced)
         if bad:
             return self._fail(ev, node, bad, t0)
         messages = img.attach(messages, imgs)

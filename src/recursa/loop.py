@@ -74,6 +74,7 @@ class RunEnv:
     # last_turn_seconds), so a time limit is overshot by that turn at most
     last_turn_seconds: float | None = None
     output: OutputSpec | None = None     # the top-level answer's type (recursa.output)
+    preface: str | None = None    # under the top-level query in its first message (sessions)
 
 
 def last_turn_seconds(env: RunEnv) -> float | None:
@@ -414,7 +415,8 @@ class _Run:
         # The worker starts while the root model writes its first reply: with a real model the
         # sandbox's start-up (a process, bubblewrap, the context load) costs no wall time.
         self.starting = asyncio.create_task(self.sandbox.start(prep.payload, handler))
-        self.messages = _first_messages(env, self.query, prep.description, self.output)
+        self.messages = _first_messages(env, self.query, prep.description, self.output,
+                                        env.preface if self.depth == 0 else None)
         st.first_user = self.messages[1]["content"]
         st.seen.append(plain_digits(st.first_user))
         st.full = list(self.messages)
@@ -508,7 +510,7 @@ class _Run:
 
 
 def _first_messages(env: RunEnv, query: str, description: str,
-                    output: OutputSpec | None) -> list[Message]:
+                    output: OutputSpec | None, preface: str | None = None) -> list[Message]:
     first_line = description.splitlines()[0] if description else ""
     ctype = first_line.removeprefix("source: ") if first_line.startswith("source:") else first_line
     system = prompts.system_prompt(context_type=ctype.removeprefix("type: "),
@@ -516,6 +518,8 @@ def _first_messages(env: RunEnv, query: str, description: str,
                                    sub_chars=env.sub_context_chars, tips=env.tips,
                                    tool_names=env.tool_names, template=env.system_template)
     first = prompts.FIRST_USER.format(query=query, description=description)
+    if preface:
+        first += "\n\n" + preface
     if output is not None:
         first += "\n\n" + output.prompt()
     return [{"role": "system", "content": system}, {"role": "user", "content": first}]

@@ -237,7 +237,7 @@ class RLMOptions:
 
     def api_keys(self) -> tuple[str | None, str | None]:
         """The keys --api-key-env / --sub-api-key-env name, read from the environment."""
-        keys = []
+        keys: list[str | None] = []
         for flag, name in (("--api-key-env", self.api_key_env),
                            ("--sub-api-key-env", self.sub_api_key_env)):
             if not name:

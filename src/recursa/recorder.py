@@ -105,8 +105,9 @@ class RunRecorder:
     def finish(self, res: Result, *, totals: dict[str, Any] | None = None) -> None:
         """The `final` point, then the run's end. `totals` (tree-wide cost, tokens, sub-calls)
         go on the end event; only the top-level run should give them."""
-        data = dict(answer=res.answer, status=res.status, ready=res.ready, limit=res.limit,
-                    error=res.error, answer_source=res.answer_source)
+        data: dict[str, Any] = dict(answer=res.answer, status=res.status, ready=res.ready,
+                                    limit=res.limit, error=res.error,
+                                    answer_source=res.answer_source)
         if res.output_error is not None:
             data["output_error"] = res.output_error
         self.tracer.emit("final", parent=self.id, depth=self.depth, **data)

@@ -19,6 +19,7 @@ from recursa.types import Event, ModelClient, Result, Sandbox, TraceSink, contex
 
 if TYPE_CHECKING:
     from recursa.models.cache import ResponseCache
+    from recursa.session import Session
 
 _BUDGET_FIELDS = set(Budget.model_fields)
 
@@ -109,6 +110,8 @@ class RLM:
         # response cache (recursa.models.cache): opened now, so a bad path fails here
         from recursa.models.cache import open_cache
         self.cache, self.cache_nondeterministic = open_cache(cache), cache_nondeterministic
+        # shown under the query in the root's first message (a session's earlier Q&A)
+        self.preface: str | None = None
 
     # ------------------------------------------------------------ public API
     def completion(self, query: str, context: Any = None, *, output: Any = None,
@@ -172,7 +175,8 @@ class RLM:
                          tips=self.tips, tool_names=self.tool_names,
                          system_template=self.system_prompt,
                          sub_context_chars=_context_chars(sub),
-                         last_turn_seconds=self.last_turn_seconds, output=spec)
+                         last_turn_seconds=self.last_turn_seconds, output=spec,
+                         preface=self.preface)
             res = await run_loop(env, query, context)
         finally:
             for c in owned:
@@ -183,6 +187,29 @@ class RLM:
             tracer.close()
         res.trace_path = str(trace_path) if trace_path else None
         return res
+
+    def session(self, context: Any, *, idle_timeout: float | None = None,
+                trace_path: str | os.PathLike[str] | None = None,
+                loop: asyncio.AbstractEventLoop | None = None, **limits: Any) -> Session:
+        """Several questions about `context` in one kept sandbox (recursa.session): variables
+        and earlier answers carry over. `limits` (max_cost_usd, max_tokens, max_subcalls,
+        max_seconds) cap the questions together; `idle_timeout` (s, default 600) closes an
+        unused session. Use as a context manager (`with` or `async with`) or call close().
+        `loop`: live on this running event loop (async use from it only) instead of a thread
+        of the session's own, e.g. to share model clients bound to a server's loop."""
+        from recursa.session import Session
+        return Session(self, context, idle_timeout=idle_timeout, trace_path=trace_path,
+                       loop=loop, **limits)
+
+    async def asession(self, context: Any, **options: Any) -> Session:
+        """`session(...)` with the context already loaded in its sandbox."""
+        s = self.session(context, **options)
+        try:
+            await s.astart()
+        except BaseException:
+            await s.aclose()
+            raise
+        return s
 
     # ------------------------------------------------------------ helpers
     def _client(self, spec: str | ModelClient, base_url: str | None, api_key: str | None,

@@ -71,8 +71,8 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     """(summary, {param: description}) from a Google-style (Args:) or Sphinx (:param x:) docstring."""
     doc = inspect.cleandoc(doc or "")
     params: dict[str, str] = {}
-    for m in re.finditer(r":param\s+(?:\w+\s+)?(\w+):\s*(.+)", doc):
-        params[m.group(1)] = m.group(2).strip()
+    for pm in re.finditer(r":param\s+(?:\w+\s+)?(\w+):\s*(.+)", doc):
+        params[pm.group(1)] = pm.group(2).strip()
     lines = doc.splitlines()
     summary_lines: list[str] = []
     section = None
@@ -145,7 +145,7 @@ def make_tool(fn: Callable[..., Any] | Tool, *, name: str | None = None,
             prop["default"] = p.default
         props[p.name] = prop
     tool_name = name or getattr(fn, "__name__", "tool")
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", tool_name):
+    if not isinstance(tool_name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", tool_name):
         raise ValueError(f"tool name {tool_name!r} must be a Python identifier (max 64 chars)")
     return Tool(name=tool_name, description=description or summary or tool_name,
                 parameters={"type": "object", "properties": props, "required": required},
@@ -360,7 +360,8 @@ async def run_tool_loop(dispatcher: ModelCaller, client: ModelClient, messages: 
             convo[0]["content"] = f"{convo[0]['content']}\n\n{proto}"
         else:
             convo.insert(0, {"role": "system", "content": proto})
-    usage, cost, model = Usage(), 0.0, ""
+    usage, model = Usage(), ""
+    cost: float | None = 0.0        # None once any turn's cost is unknown
     out = LoopResult(completion=Completion(text=""))
 
     async def model_turn(msgs: list[Message], with_tools: bool) -> Completion:

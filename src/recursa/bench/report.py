@@ -67,11 +67,12 @@ def summarise(rows: list[dict[str, Any]], resamples: int = 2000) -> list[Cell]:
         scores = [float(r.get("score") or 0.0) for r in rs]
         lo, hi = bootstrap_ci(scores, resamples)
         costs = [r.get("cost_usd") for r in rs]
+        known = [float(c) for c in costs if c is not None]
         cells.append(Cell(
             task=task, method=method, length=length, n=len(rs), mean=statistics.fmean(scores),
             lo=lo, hi=hi, errors=sum(r.get("status") == "error" for r in rs),
             overflow=sum(r.get("limit") == "context_window" for r in rs),
-            cost=None if any(c is None for c in costs) else statistics.fmean(costs),
+            cost=None if len(known) < len(costs) else statistics.fmean(known),
             root_tokens=statistics.fmean(
                 r.get("root_input_tokens", 0) + r.get("root_output_tokens", 0) for r in rs),
             sub_tokens=statistics.fmean(

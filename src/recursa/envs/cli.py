@@ -91,6 +91,7 @@ def cmd_ablate(a: argparse.Namespace) -> int:
     except (RecursaError, KeyError, ValueError, OSError) as e:
         err.print(f"[red]error:[/] {e}")
         return 2
+    assert opts.model is not None   # with_default_model filled it in
     out = Path(a.out)
     results = out / "results.jsonl"
     reply = opts.model_options()

@@ -132,9 +132,10 @@ class AnthropicClient:
         if http_client is None:   # share one TLS context: see tls.py
             from .tls import shared_ssl_context
             http_client = anthropic.DefaultAsyncHttpxClient(verify=shared_ssl_context())
-        self._client = anthropic.AsyncAnthropic(api_key=api_key, base_url=self.base_url,
-                                                max_retries=0, timeout=timeout,
-                                                http_client=http_client)
+        # BedrockClient swaps in AsyncAnthropicBedrock: same `messages` API, not a subclass.
+        self._client: anthropic.AsyncAnthropic | anthropic.AsyncAnthropicBedrock = (
+            anthropic.AsyncAnthropic(api_key=api_key, base_url=self.base_url, max_retries=0,
+                                     timeout=timeout, http_client=http_client))
 
     def __repr__(self) -> str:
         return f"AnthropicClient({self.name!r}, base_url={self.base_url!r})"

@@ -162,8 +162,9 @@ class GeminiClient:
 
         async def attempt() -> tuple[Any, str]:
             try:
+                # the SDK takes plain dicts at runtime; its stubs want ContentDict TypedDicts
                 resp = await self._client.aio.models.generate_content(
-                    model=self.model, contents=contents, config=config)
+                    model=self.model, contents=contents, config=config)  # type: ignore[arg-type]
             except Exception as e:
                 raise self._error(e) from e
             cands = resp.candidates or []
@@ -197,8 +198,10 @@ class GeminiClient:
             finish = None
             try:
                 async with asyncio.timeout(total):
+                    # plain-dict contents, as in complete()
                     stream = await self._client.aio.models.generate_content_stream(
-                        model=self.model, contents=contents, config=config)
+                        model=self.model, contents=contents,  # type: ignore[arg-type]
+                        config=config)
                     async for chunk in stream:
                         last = chunk
                         usage_meta = chunk.usage_metadata or usage_meta

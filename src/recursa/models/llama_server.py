@@ -136,9 +136,13 @@ class LlamaServer:
                "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
         log = open(self.log_path, "wb")
         try:
+            # its own session: a Ctrl-C in the terminal (which signals the whole foreground
+            # process group) cancels a question in `recursa chat`, and must not also start the
+            # server's shutdown; it still dies with us (parent-death signal)
             return subprocess.Popen(self.config.argv(self.port), stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    preexec_fn=_set_pdeathsig, cwd=self._logdir.name)
+                                    preexec_fn=_set_pdeathsig, cwd=self._logdir.name,
+                                    start_new_session=True)
         finally:
             log.close()
 

@@ -33,6 +33,12 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
                    "always allowed)")
     p.add_argument("--progress", choices=["reasoning", "field", "none"], default="reasoning",
                    help="how streaming shows progress (default: reasoning_content deltas)")
-    p.add_argument("--trace-dir", help="write one trace file per request into this directory")
+    p.add_argument("--trace-dir", help="write one trace file per request (per session: one "
+                   "run per request) into this directory")
+    p.add_argument("--sessions", type=int, default=16, metavar="N",
+                   help="idle conversations kept with their sandbox, so a follow-up question "
+                   "continues in it (least recently used closed first; 0: off; default 16)")
+    p.add_argument("--session-ttl", type=float, default=600.0, metavar="S",
+                   help="close a conversation's sandbox after S seconds unused (default 600)")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])

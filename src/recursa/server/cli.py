@@ -84,7 +84,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
                            max_runs=a.max_runs,
                            max_request_bytes=int(a.max_request_mb * 1024 * 1024),
                            served_model=a.served_model_name, allowed_sub_models=allowed,
-                           progress=a.progress, rlm_factory=factory)
+                           progress=a.progress, rlm_factory=factory,
+                           sessions=a.sessions, session_ttl_s=a.session_ttl)
         app = create_app(cfg)
     except (RecursaError, ValueError, TypeError, OSError) as e:
         err.print(f"[red]error:[/] {plain(e)}")
@@ -98,7 +99,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
     return 0
 
 
-def _name(spec: Any) -> str:
+def _name(spec: Any) -> str | None:
     return spec if isinstance(spec, str) or spec is None else getattr(spec, "name", "?")
 
 

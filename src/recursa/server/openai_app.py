@@ -27,7 +27,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -44,6 +44,7 @@ from recursa.preflight import PreflightError
 from recursa.rlm import RLM
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
 from recursa.server.paste import SHORT, split_document, tagged_context
+from recursa.server.sessions import SessionPool, Turn, ask, chat_turn
 from recursa.types import ContextError, Event, ModelClient, RecursaError, Result
 
 log = logging.getLogger("recursa.server")
@@ -88,6 +89,11 @@ class ServerConfig:
     keepalive_s: float = 15.0
     progress: Literal["reasoning", "field", "none"] = "reasoning"
     rlm_factory: Callable[[ServerConfig, RunSpec], RLM] | None = None
+    # sessions: a conversation whose earlier turns come back continues in the same sandbox
+    # (server/sessions.py); at most `sessions` idle ones (0: off), each closed after
+    # `session_ttl_s` unused
+    sessions: int = 16
+    session_ttl_s: float = 600.0
     # Model clients by spec, built once and shared by every request's RLM, so requests reuse
     # the keep-alive (and TLS) connections to the upstream instead of opening their own.
     shared_clients: dict[str, ModelClient] = field(default_factory=dict, repr=False)
@@ -136,7 +142,7 @@ def default_rlm_factory(config: ServerConfig, spec: RunSpec) -> RLM:
 # ---------------------------------------------------------------- errors
 def error_response(status: int, message: str, *, type_: str = "invalid_request_error",
                    param: str | None = None, code: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: Mapping[str, str] | None = None) -> JSONResponse:
     """OpenAI's error shape, so official clients raise their usual typed errors."""
     return JSONResponse({"error": {"message": message, "type": type_, "param": param,
                                    "code": code}}, status_code=status, headers=headers)
@@ -170,7 +176,9 @@ class ChatRun:
     clamped: list[str]
     sub_model: str | None
     model_name: str
-    output: Any = None                  # an OutputSpec from `response_format`, or None
+    output: Any = None                       # an OutputSpec from `response_format`, or None
+    turn: Turn | None = None                 # what sessions make of it (server/sessions.py)
+    session: dict[str, Any] | None = None    # the session it ran in: id, question, reused
 
 
 def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
@@ -188,7 +196,9 @@ def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
 def _text_of_file(part: dict[str, Any]) -> tuple[str, Any]:
     """(filename, text) of an attached file given inline as base64 `file_data` (an image file:
     (filename, Image))."""
-    f = part.get("file") if isinstance(part.get("file"), dict) else {}
+    f = part.get("file")
+    if not isinstance(f, dict):
+        f = {}
     data = f.get("file_data")
     name = str(f.get("filename") or "file")
     if not isinstance(data, str):
@@ -259,6 +269,7 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
         raise RequestError("the final user message has no text to use as the query",
                            param="messages")
     documents = [document] if document else []
+    new_context = bool(document or files)     # the question brings context: a new session
 
     # A short system prompt is an instruction for the answer and goes with the query; a long one
     # is a document (`llm -s "$(cat report.txt)" "question"`). Other turns are a transcript.
@@ -339,10 +350,14 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
     limits, clamped = clamp_limits(config.caps(), rec)
     output = _output_spec(body.get("response_format"))
     opts = body.get("stream_options") or {}
+    # a session goes on only with what shaped it: the sub-model, the caller's `user`, `context`
+    turn = chat_turn(messages, last, new_context=new_context,
+                     scope=[sub_model, body.get("user"), body.get("context")])
     return ChatRun(query=query, context=context, stream=bool(body.get("stream")),
                    include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
                    limits=limits, clamped=clamped, sub_model=sub_model,
-                   model_name=str(body.get("model") or config.served_model), output=output)
+                   model_name=str(body.get("model") or config.served_model), output=output,
+                   turn=turn)
 
 
 def _output_spec(fmt: Any) -> Any:
@@ -394,6 +409,8 @@ def _recursa_field(result: Result, run: ChatRun) -> dict[str, Any]:
     out = {**summary(result), "limits": run.limits, "clamped": run.clamped}
     if run.output is not None:
         out["output_error"] = result.output_error
+    if run.session is not None:
+        out["session"] = run.session
     return out
 
 
@@ -408,10 +425,12 @@ class RunResponse:
     whatever happens, including a client gone before the first byte.
     """
 
-    def __init__(self, config: ServerConfig, run: ChatRun, release: Callable[[], None]):
+    def __init__(self, config: ServerConfig, run: ChatRun, release: Callable[[], None],
+                 pool: SessionPool | None = None):
         self.config = config
         self.run = run
         self.release = release
+        self.pool = pool if run.turn is not None else None
         self.id = "chatcmpl-" + uuid.uuid4().hex[:24]
         self.created = int(time.time())
 
@@ -440,11 +459,11 @@ class RunResponse:
 
         try:
             factory = self.config.rlm_factory or default_rlm_factory
-            try:
+            progress = on_event if self.run.stream and self.config.progress != "none" else None
+            try:   # in a session, the progress hook is this request's, not the RLM's
                 rlm = factory(self.config, RunSpec(
                     sub_model=self.run.sub_model,
-                    on_event=on_event if self.run.stream and self.config.progress != "none"
-                    else None))
+                    on_event=None if self.pool is not None else progress))
             except PreflightError as e:    # e.g. a cost cap on a model with no price
                 await error_response(400, str(e), code="preflight_failed")(scope, receive, send)
                 return
@@ -453,9 +472,10 @@ class RunResponse:
                 await error_response(500, f"cannot start the run: {e}", type_="server_error")(
                     scope, receive, send)
                 return
-            task = asyncio.create_task(rlm.acompletion(self.run.query, self.run.context,
-                                                       output=self.run.output,
-                                                       **self.run.limits))
+            task = asyncio.create_task(
+                self._in_session(rlm, progress) if self.pool is not None else
+                rlm.acompletion(self.run.query, self.run.context, output=self.run.output,
+                                **self.run.limits))
             task.add_done_callback(lambda _t: queue.put_nowait(_DONE))
             watcher = asyncio.create_task(watch())
             if self.run.stream:
@@ -472,6 +492,16 @@ class RunResponse:
                 with contextlib.suppress(BaseException):
                     await task
             self.release()
+
+    async def _in_session(self, rlm: RLM, progress: Callable[[Event], Any] | None) -> Result:
+        """The question in the session its conversation continues, or in a new one."""
+        pool, turn = self.pool, self.run.turn
+        assert pool is not None and turn is not None
+        loop = asyncio.get_running_loop()   # where the shared model clients live
+        res, self.run.session = await ask(
+            pool, turn, lambda: rlm.session(self.run.context, idle_timeout=pool.ttl_s, loop=loop),
+            self.run.query, output=self.run.output, on_event=progress, limits=self.run.limits)
+        return res
 
     async def _outcome(self, task: asyncio.Task[Result]) -> Result | Response:
         try:
@@ -599,6 +629,9 @@ def create_app(config: ServerConfig) -> Starlette:
     config.sub_model = load_model(config.sub_model)
     caps = config.caps()   # fail at start-up, not per request, on bad server limits
     slots = _Slots(config.max_runs)
+    if config.sessions < 0:
+        raise ValueError("sessions must be 0 (off) or more")
+    pool = SessionPool(config.sessions, config.session_ttl_s) if config.sessions else None
 
     def authorized(request: Request) -> bool:
         if not config.api_key:
@@ -662,10 +695,12 @@ def create_app(config: ServerConfig) -> Starlette:
         if isinstance(run, Response):
             release()
             return run
-        return RunResponse(config, run, release)   # it releases the slot when the run ends
+        # it releases the slot when the run ends
+        return RunResponse(config, run, release, pool)
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "running": slots.used, "max_runs": slots.size})
+        return JSONResponse({"status": "ok", "running": slots.used, "max_runs": slots.size,
+                             "sessions": len(pool) if pool is not None else 0})
 
     async def http_error(request: Request, exc: Exception) -> Response:
         # Starlette's own 404 / 405 are plain text; OpenAI clients expect their error shape.
@@ -684,6 +719,8 @@ def create_app(config: ServerConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
         yield
+        if pool is not None:
+            await pool.aclose_all()
         await config.aclose_clients()
 
     app = Starlette(lifespan=lifespan, exception_handlers={HTTPException: http_error}, routes=[
@@ -695,6 +732,7 @@ def create_app(config: ServerConfig) -> Starlette:
     app.state.config = config
     app.state.caps = caps
     app.state.slots = slots
+    app.state.sessions = pool
     return app
 
 

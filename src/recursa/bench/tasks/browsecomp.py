@@ -125,7 +125,7 @@ class BrowseComp(Task):
         for i in range(n_docs):
             if i in special:
                 role, title, sentence = special[i]
-                _, padding = _body(rng, corp, pad)
+                _title, padding = _body(rng, corp, pad)   # `_` is the kwargs dict here
                 docs[ids[i]] = f"Title: {title}\n\n{sentence} {padding}"
                 roles[ids[i]] = role
             else:

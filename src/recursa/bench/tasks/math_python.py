@@ -72,10 +72,9 @@ def make_problem(kind: str, rng: random.Random) -> tuple[str, Fraction]:
         r2 = -Fraction(rng.randrange(1, 12), rng.choice((1, 2)))
         # (p x - ...) form with integer coefficients: scale by the denominators' lcm.
         lcm = r1.denominator * r2.denominator // math.gcd(r1.denominator, r2.denominator)
-        a = lcm * lcm
-        b = -a * (r1 + r2)
-        c = a * r1 * r2
-        a_, b_, c_ = int(a), int(b), int(c)
+        # lcm*r1 and lcm*r2 are whole, so both products are too: int() only changes the type.
+        a_ = lcm * lcm
+        b_, c_ = int(-a_ * (r1 + r2)), int(a_ * r1 * r2)
         g = math.gcd(math.gcd(a_, b_), c_)
         a_, b_, c_ = a_ // g, b_ // g, c_ // g
         eq = f"{a_}x^2 + {b_}x + {c_} = 0".replace("+ -", "- ")

@@ -51,8 +51,8 @@ def answer_question(rs: RecordSet, qtype: str, label: str | None, user: int | No
         u = unique_argmax(c)
         return None if u is None else str(u)
     if qtype == "month_most":
-        c = Counter(month_name(d) for d, x in zip(dates, labels, strict=True) if x == label)
-        return unique_argmax(c)
+        months = Counter(month_name(d) for d, x in zip(dates, labels, strict=True) if x == label)
+        return unique_argmax(months)
     if qtype == "user_count":
         return sum(1 for u, x in zip(users, labels, strict=True) if x == label and u == user)
     raise ValueError(f"unknown question type {qtype!r}")

@@ -1,0 +1,176 @@
+"""`recursa chat --context PATH`: questions about one context in a terminal, in one session.
+
+Every question runs in the same sandbox (recursa.session): variables and earlier answers carry
+over. Ctrl-C cancels the question being answered, not the chat; Ctrl-D or /quit leaves.
+Commands: /cost (spend so far), /trace (the trace file), /history, /help, /quit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+HELP = ("/cost     spend of each question and of the session\n"
+        "/trace    the trace file (one run per question)\n"
+        "/history  the questions asked so far\n"
+        "/quit     leave (also Ctrl-D); Ctrl-C cancels the question being answered")
+
+
+def register(sub: Any) -> None:
+    from recursa.cli import add_model_options
+    p = sub.add_parser("chat", help="ask several questions about one context, in one session",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--context", "-c", required=True, help="file or directory to talk about")
+    add_model_options(p)
+    p.add_argument("--budget-per", choices=["question", "session"], default="question",
+                   help="whether --max-cost, --max-tokens, --max-subcalls and --max-seconds cap "
+                        "each question (default) or all of them together")
+    p.add_argument("--idle-timeout", type=float, default=3600.0, metavar="S",
+                   help="close the session (and its sandbox) after S seconds without a "
+                        "question (default 3600)")
+    p.add_argument("--trace", help="write the trace here (default: a file in the recursa cache "
+                                   "directory; /trace shows it)")
+    p.set_defaults(fn=cmd_chat)
+
+
+def default_trace_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "recursa" / "chat"
+
+
+def cmd_chat(a: argparse.Namespace) -> int:
+    from recursa.options import RLMOptions, plain_error
+    from recursa.session import SESSION_LIMITS
+    from recursa.types import RecursaError
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    out = Console(highlight=False, soft_wrap=True)
+    try:
+        context = Path(a.context)
+        if not context.exists():    # before any model is fetched or checked
+            raise ValueError(f"--context {a.context}: no such file or directory")
+        opts = RLMOptions.from_args(a).with_default_model(
+            say=lambda m: err.print(f"[yellow]{escape(m)}[/]"))
+        from recursa.preflight import check_options
+        check_options(opts, say=lambda m: err.print(f"[dim]{escape(m)}[/]"))
+        kwargs = opts.rlm_kwargs()
+        limits = opts.limits()
+        session_limits = {k: kwargs.pop(k) for k in SESSION_LIMITS
+                          if a.budget_per == "session" and k in kwargs}
+        for k in session_limits:
+            limits.pop(k, None)
+        from recursa.rlm import RLM
+        rlm = RLM(**kwargs, preflight=False)
+        session = rlm.session(context, idle_timeout=a.idle_timeout, **session_limits)
+        session.trace_path = Path(a.trace) if a.trace else \
+            default_trace_dir() / f"session-{session.id}.jsonl"
+        err.print(f"[dim]loading {escape(str(context))} ...[/]")
+        session.start()
+    except (RecursaError, ValueError, TypeError, OSError) as e:
+        err.print(f"[red]error:[/] {escape(plain_error(e))}")
+        return 2
+    err.print(f"[bold]recursa chat[/] with {escape(str(opts.model))} about "
+              f"{escape(context.name)}: ask a question; /help lists the commands, Ctrl-D leaves.")
+    with _history(), contextlib.closing(session):
+        return _repl(session, out, err, limits)
+
+
+@contextlib.contextmanager
+def _history() -> Any:
+    """Line editing and a history file, when a person is typing."""
+    if not sys.stdin.isatty():
+        yield
+        return
+    try:
+        import readline
+    except ImportError:       # not on every platform
+        yield
+        return
+    path = default_trace_dir().parent / "chat_history"
+    with contextlib.suppress(OSError):
+        readline.read_history_file(path)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            readline.set_history_length(1000)
+            readline.write_history_file(path)
+
+
+def _repl(session: Any, out: Console, err: Console, limits: dict[str, Any]) -> int:
+    from recursa.console import ConsoleView
+    from recursa.types import RecursaError
+
+    prompt = "\n? " if sys.stdin.isatty() else ""
+    while True:
+        try:
+            line = input(prompt).strip()
+        except EOFError:
+            break
+        except KeyboardInterrupt:   # at the prompt: a fresh line, as in a shell
+            err.print("\n[dim](Ctrl-D or /quit to leave)[/]")
+            continue
+        if not line:
+            continue
+        if line.startswith("/"):
+            if _command(line, session, out, err):
+                break
+            continue
+        view = ConsoleView(err, budget={**limits, **session.limits})
+        try:
+            res = session.completion(line, on_event=view.emit)
+        except KeyboardInterrupt:
+            view.close()
+            err.print(f"[yellow]cancelled[/]; the session goes on. {escape(session.summary())}")
+            continue
+        except RecursaError as e:
+            view.close()
+            err.print(f"[red]error:[/] {escape(str(e))}")
+            if session.closed:
+                return 1
+            continue
+        finally:
+            view.close()
+        out.print(escape(res.answer) if res.answer else "[dim](no answer)[/]")
+        cost = "unknown" if res.cost_usd is None else f"${res.cost_usd:.4f}"
+        tokens = sum(u.usage.total_tokens for u in res.usage.values())
+        note = f"  stopped at {res.limit}" if res.limit else \
+            f"  error: {res.error}" if res.status == "error" else ""
+        err.print(f"[dim]{res.status}  turns {res.turns}  sub-calls {res.subcalls}  tokens "
+                  f"{tokens:,}  cost {cost}  {res.elapsed_s:.1f}s{escape(note)}[/]")
+    err.print(f"[dim]{escape(session.summary())}[/]")
+    return 0
+
+
+def _command(line: str, session: Any, out: Console, err: Console) -> bool:
+    """Run a /command; True to leave."""
+    cmd = line.split()[0].lower()
+    if cmd in ("/quit", "/exit", "/q"):
+        return True
+    if cmd == "/cost":
+        table = Table("#", "status", "cost", "question", box=None)
+        for i, t in enumerate(session.history, 1):
+            cost = "unknown" if t.cost_usd is None else f"${t.cost_usd:.4f}"
+            table.add_row(str(i), t.status, cost, escape(t.query[:60]))
+        if session.history:
+            out.print(table)
+        out.print(escape(session.summary()))
+    elif cmd == "/trace":
+        out.print(escape(str(session.trace_path or "(no trace)")))
+    elif cmd == "/history":
+        for i, t in enumerate(session.history, 1):
+            out.print(f"{i}. {escape(t.query)}\n   -> {escape(t.answer[:200])}")
+    elif cmd == "/help":
+        out.print(HELP)
+    else:
+        err.print(f"[yellow]unknown command {escape(cmd)}[/]\n{HELP}")
+    return False
