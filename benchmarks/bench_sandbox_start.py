@@ -28,10 +28,12 @@ zygote, or a pre-started worker) and of one started, idle worker.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import json
 import os
 import shlex
+import shutil
 import statistics
 import sys
 import tempfile
@@ -276,6 +278,7 @@ def _as_user() -> tuple[str, Any]:
     n = sandbox_asuser.uid()
     d = tempfile.mkdtemp(prefix="recursa-bench-asuser-")
     os.chmod(d, 0o755)
+    atexit.register(shutil.rmtree, d, True)
     wrapper = os.path.join(d, "python")
     with open(wrapper, "w") as f:
         f.write("#!/bin/sh\nexec " + " ".join(shlex.quote(x) for x in
