@@ -116,6 +116,8 @@ class Zygote:
 
     def _dispatch(self, msg: dict[str, Any], pid: int | None) -> None:
         rid = msg.get("id")
+        if not isinstance(rid, int):   # not a reply to anything we sent
+            return
         with self._lock:
             if msg.get("op") == "spawned":
                 fut = self._spawned.pop(rid, None)

@@ -861,7 +861,7 @@ class LocalSandbox:
         right here (tens of microseconds); a big one in a thread, off the loop."""
         assert self.workspace is not None and self.disk_mb
         limit = self.disk_mb * 1024 * 1024
-        used, self._disk_entries = -1, self._disk_entries
+        used: int | None = -1
         if self._disk_entries < 1000:
             used, self._disk_entries = disk_usage_entries(self.workspace, limit=limit,
                                                           give_up_after=2000)
@@ -897,7 +897,7 @@ class LocalSandbox:
             return None
         loop = asyncio.get_running_loop()
         return WATCH.watch(self.memory_mb * 1024 * 1024,
-                           lambda rss: loop.call_soon_threadsafe(over.set),
+                           lambda rss: None if loop.call_soon_threadsafe(over.set) else None,
                            uid=self.uid, root=None if self.uid is not None else pid)
 
     async def _watch(self, session: WorkerSession, watch_disk: bool) -> None:

@@ -277,15 +277,16 @@ def serve(sock: socket.socket) -> int:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _init(msg, fds)
-        runs[child] = msg.get("id")
+        rid = msg.get("id")
+        runs[child] = rid if isinstance(rid, int) else -1   # the host sends int ids
         return child
 
     while True:
-        ready, _, _ = select.select([sock, wake_r], [], [])
+        ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in ready:
             os.read(wake_r, 4096)
         reap()
-        if sock not in ready:
+        if sock.fileno() not in ready:
             continue
         try:
             msg, fds = _recv(sock)
