@@ -79,6 +79,22 @@ def test_first_block_that_finalizes_stops_the_turn():
     assert res.answer == "one"
 
 
+def test_made_up_output_and_the_turn_after_it_are_not_run(tmp_path: Path):
+    """A small model imitating the prompt's example writes the REPL's output itself and then
+    commits a guess; only the code before the made-up output runs, and the model sees the
+    real output."""
+    reply = ("```repl\nx = context[:5]\nprint(x)\n```\nOutput: beta\nTurn 3:\n"
+             "```repl\nFINAL('beta')\n```")
+    client = ReplayClient(root_script(reply, repl("FINAL(x)")))
+    res = RLM(model=client, sandbox="inprocess", trace_path=tmp_path / "t.jsonl").completion(
+        "q", context=CTX)
+    assert res.answer == "alpha" and res.turns == 2
+    second = root_calls(client)[1]
+    assert "FINAL('beta')" not in second[-2]["content"] and "alpha" in second[-1]["content"]
+    ends = [e for e in load_events(tmp_path / "t.jsonl") if e.kind == "turn" and e.phase == "end"]
+    assert ends[0].data["imagined_output"] > 0
+
+
 def test_python_fence_accepted_without_repl_fence():
     res = RLM(model=ReplayClient(root_script("```python\nFINAL(context[:5])\n```")),
               sandbox="inprocess").completion("q", context=CTX)

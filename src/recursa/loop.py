@@ -29,6 +29,7 @@ from recursa.output import OutputInvalid, OutputSpec
 from recursa.parse import (
     answer_text,
     code_blocks,
+    cut_imagined,
     final_line,
     final_literal,
     format_cell,
@@ -189,10 +190,15 @@ class _Run:
                 return
             st.turns += 1
             turn.replied(comp)
-            self._append({"role": "assistant", "content": comp.text})
             extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, ...
+            text = comp.text
+            cut = cut_imagined(text)      # only the code before a made-up "Output:" runs
+            if cut is not None:
+                extra["imagined_output"] = len(text) - len(cut)
+                text = cut
+            self._append({"role": "assistant", "content": text})
             try:
-                blocks, nudge, failed = await self._act(comp.text, turn, extra)
+                blocks, nudge, failed = await self._act(text, turn, extra)
             except BaseException as e:      # the span ends whatever cut the turn short
                 turn.end(comp, error="cancelled" if isinstance(e, asyncio.CancelledError)
                          else f"{type(e).__name__}: {e}", **extra)
