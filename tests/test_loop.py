@@ -378,6 +378,36 @@ def test_json_schema_output_gives_a_dict():
     assert "$.n: -1 is less than the minimum of 0" in client.calls[1][-1]["content"]
 
 
+def test_a_plain_text_answer_is_structured_by_one_sub_call(tmp_path):
+    """A root that commits prose gets its answer filled into the schema by a sub-call."""
+    root = root_script(repl("print('Lyon: 522000')"), repl('FINAL("Lyon, with 522000 people")'))
+
+    def respond(messages):
+        if is_root(messages):
+            return root(messages)
+        assert "Lyon, with 522000 people" in messages[-1]["content"]
+        return '{"name": "Lyon", "population": 522000}'
+    client = ReplayClient(respond)
+    res = RLM(model=client, sandbox="inprocess", trace_path=tmp_path / "t.jsonl").completion(
+        "q", context=CTX, output=City)
+    assert (res.status, res.turns) == ("final", 2)
+    assert res.parsed == City(name="Lyon", population=522000)
+    assert res.usage["sub"].calls == 1
+    ends = [e for e in load_events(tmp_path / "t.jsonl") if e.kind == "turn" and e.phase == "end"]
+    assert ends[1].data["structured"]["from"] == "Lyon, with 522000 people"
+
+
+def test_structuring_asks_for_a_constrained_reply_where_the_client_can():
+    from recursa.output import OutputSpec
+    spec = OutputSpec.of(City)
+    _, local = spec.structuring_request("text", "local:qwen2.5-coder-1.5b")
+    _, hosted = spec.structuring_request("text", "openai:gpt-5-mini")
+    _, other = spec.structuring_request("text", "anthropic:claude-haiku-4-5")
+    assert local["json_schema"] == spec.schema
+    assert hosted["response_format"]["json_schema"]["schema"] == spec.schema
+    assert "json_schema" not in other and "response_format" not in other
+
+
 def test_a_schema_never_satisfied_ends_with_a_clear_output_error():
     client = ReplayClient(root_script(repl('FINAL("Lyon")')))      # never JSON
     res = RLM(model=client, sandbox="inprocess", max_iterations=3).completion(

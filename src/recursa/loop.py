@@ -269,8 +269,23 @@ class _Run:
         source = "\n".join(blocks) if blocks else text
         held = await hold_ungrounded(st, source, bool(blocks), extra, self._run_hidden)
         if held is None and self.output is not None:
-            held = await hold_invalid(st, self.output, bool(blocks), extra, self._run_hidden)
+            held = await hold_invalid(st, self.output, bool(blocks), extra, self._run_hidden,
+                                      self._structure)
         return blocks, held or nudge, failed
+
+    async def _structure(self, text: str) -> str | None:
+        """The output schema filled from a plain-text answer by one sub-call (see
+        `OutputSpec.structuring_request`); None if that fails or does not validate."""
+        assert self.output is not None
+        client = self.env.dispatcher.sub_client
+        messages, options = self.output.structuring_request(text, client.name)
+        try:
+            comp = await self.env.dispatcher.call_model(client, messages, role="sub",
+                                                        subcall=True, options=options)
+            self.output.parse(comp.text)
+        except (ModelError, BudgetExceeded, OutputInvalid):
+            return None
+        return comp.text.strip()
 
     def _feedback(self, blocks: list[str], nudge: str | None, failed_turn: bool,
                   extra: dict[str, Any]) -> str | None:
