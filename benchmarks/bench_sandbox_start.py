@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/bench_sandbox_start.py            # 64 runs, 5 repeats
     .venv/bin/python benchmarks/bench_sandbox_start.py --runs 16 --repeats 3
+    .venv/bin/python benchmarks/bench_sandbox_start.py --as-user    # (as root) the non-root path
+    .venv/bin/python benchmarks/bench_sandbox_start.py --sides local,inprocess,local@user,inprocess@user
 
 Sides, each in its own driver process against its own scripted OpenAI-compatible server
 (127.0.0.1, every request waits --latency s):
@@ -15,7 +17,10 @@ one RLM, a warm-up run, then `asyncio.gather` of --runs runs; each run is 2 root
 batch of --subcalls sub-calls (ideal wall time 3 x latency), and is checked (its own tag, all
 sub-calls answered). CPU is the driver's whole process tree (host, zygote, bubblewrap, workers)
 from its own cpuacct control group when the host has one, else getrusage (which misses workers
-that were killed). Then, per isolated side, 30 sandbox start+close cycles in a row measure the
+that were killed). With --as-user (run as root) every driver runs as an unprivileged uid
+(tests/sandbox_asuser.py), as most users do: the local side is then the zygote in a user
+namespace, and the cpuacct group is made by this orchestrator and handed to that uid. Then, per
+isolated side, 30 sandbox start+close cycles in a row measure the
 CPU of one isolated start at steady state, and the resident memory of an idle spare (the
 zygote, or a pre-started worker) and of one started, idle worker.
 """
@@ -23,17 +28,27 @@ zygote, or a pre-started worker) and of one started, idle worker.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import json
 import os
+import shlex
+import shutil
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
 from _common import RECURSA_PYTHON, Server, driver_main, run_driver  # noqa: E402
+
+import sandbox_asuser  # noqa: E402
 
 SIDES = {"local": ("local", True), "local-spawn": ("local", False),
          "inprocess": ("inprocess", True)}
@@ -172,9 +187,20 @@ def _starts(sandbox: str, zygote: bool, group: str | None, n: int) -> dict[str, 
     return asyncio.run(main())
 
 
+def _join_given(group: str) -> str | None:
+    """Join the cpuacct group the (root) orchestrator made for this unprivileged driver."""
+    try:
+        with open(os.path.join(group, "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError:
+        return None
+    return group
+
+
 def drive(p: dict[str, Any]) -> dict[str, Any]:
-    group = _join_own_cpuacct()
-    sandbox, zygote = SIDES[p["side"]]
+    given = p.get("cpuacct")
+    group = _join_given(given) if given else _join_own_cpuacct()
+    sandbox, zygote = SIDES[p["side"].removesuffix("@user")]
     if not zygote:
         os.environ["RECURSA_ZYGOTE"] = "0"
     import asyncio
@@ -204,13 +230,18 @@ def drive(p: dict[str, Any]) -> dict[str, Any]:
         wrong = [f"run {k}: {a[:120]!r}" for k, a in enumerate(answers) if a != f"run-{k}"]
         out: dict[str, Any] = {"wall_s": wall, "cpu_s": cpu, "n_wrong": len(wrong),
                                "wrong": wrong[:3], "cpu_source": "cpuacct" if group else
-                               "rusage"}
+                               "rusage", "euid": os.geteuid()}
         if p.get("starts") and sandbox == "local":
             out["starts"] = _starts(sandbox, zygote, group, p["starts"])
         return out
     finally:
-        if group:
+        if group and not given:
             _leave(group)
+        elif given:
+            from recursa.sandbox import forkserver
+            from recursa.sandbox.local import POOL
+            forkserver.shutdown()
+            POOL.shutdown()
 
 
 def _leave(group: str) -> None:
@@ -233,6 +264,51 @@ def _leave(group: str) -> None:
 
 
 # ---------------------------------------------------------------- the orchestrator
+@contextlib.contextmanager
+def _no_group() -> Iterator[str | None]:
+    yield None
+
+
+def _as_user() -> tuple[str, Any]:
+    """An interpreter command that runs as the unprivileged uid, and a maker of cpuacct groups
+    that uid can join."""
+    why = sandbox_asuser.usable()
+    if why:
+        raise SystemExit(f"--as-user: {why}")
+    n = sandbox_asuser.uid()
+    d = tempfile.mkdtemp(prefix="recursa-bench-asuser-")
+    os.chmod(d, 0o755)
+    atexit.register(shutil.rmtree, d, True)
+    wrapper = os.path.join(d, "python")
+    with open(wrapper, "w") as f:
+        f.write("#!/bin/sh\nexec " + " ".join(shlex.quote(x) for x in
+                                            sandbox_asuser.command([RECURSA_PYTHON])) + ' "$@"\n')
+    os.chmod(wrapper, 0o755)
+
+    @contextlib.contextmanager
+    def group() -> Iterator[str | None]:
+        base = _cpuacct_dir()
+        g = os.path.join(base, f"recursa-bench-asuser-{os.getpid()}") if base else None
+        try:
+            if g:
+                os.mkdir(g)
+                for f in ("cgroup.procs", "tasks"):
+                    os.chown(os.path.join(g, f), n, n)
+        except OSError:
+            g = None
+        try:
+            yield g
+        finally:
+            for _ in range(50 if g else 0):   # the driver's last processes may take a moment
+                try:
+                    os.rmdir(g)   # type: ignore[arg-type]
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+    return wrapper, group
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=64)
@@ -240,33 +316,49 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency", type=float, default=0.2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--starts", type=int, default=30, help="start/close cycles per side")
-    ap.add_argument("--sides", default=",".join(SIDES))
+    ap.add_argument("--sides", default=",".join(SIDES),
+                    help="comma-separated; a side with the suffix @user runs as an unprivileged "
+                         "uid (as root)")
     ap.add_argument("--out", default="")
+    ap.add_argument("--as-user", action="store_true",
+                    help="(as root) run every side as an unprivileged uid: the non-root path")
     a = ap.parse_args(argv)
     sides = [s for s in a.sides.split(",") if s]
+    if a.as_user:
+        sides = [s if s.endswith("@user") else s + "@user" for s in sides]
+    bad = [s for s in sides if s.removesuffix("@user") not in SIDES]
+    if bad:
+        raise SystemExit(f"unknown sides {bad}: choose from {sorted(SIDES)}, each with an "
+                         f"optional @user suffix")
+    runners = {False: (RECURSA_PYTHON, _no_group)}
+    if any(s.endswith("@user") for s in sides):
+        runners[True] = _as_user()
     rows: dict[str, list[dict[str, Any]]] = {s: [] for s in sides}
     for rep in range(a.repeats):
         for side in sides:
-            with Server("scripted", latency=a.latency) as srv:
-                r = run_driver(RECURSA_PYTHON, "bench_sandbox_start",
+            python, made_group = runners[side.endswith("@user")]
+            with Server("scripted", latency=a.latency) as srv, made_group() as group:
+                r = run_driver(python, "bench_sandbox_start",
                                {"side": side, "base_url": srv.base_url, "runs": a.runs,
-                                "subcalls": a.subcalls,
+                                "subcalls": a.subcalls, "cpuacct": group,
                                 "starts": a.starts if rep == 0 else 0},
                                timeout=600)
             rows[side].append(r)
             msg = r.get("error") or (f"wall {r['wall_s']:.2f} s, cpu {r['cpu_s']:.2f} s, "
                                      f"wrong {r['n_wrong']}")
-            print(f"repeat {rep + 1}/{a.repeats} {side:12s} {msg}", file=sys.stderr, flush=True)
+            print(f"repeat {rep + 1}/{a.repeats} {side:16s} {msg}", file=sys.stderr, flush=True)
 
     def med(side: str, key: str) -> float | None:
         xs = [r[key] for r in rows[side] if key in r]
         return statistics.median(xs) if xs else None
 
     ideal = 3 * a.latency
-    print(f"\n{a.runs} concurrent runs in one process, one RLM; each run 2 root turns + "
+    print(f"\ndrivers ran as uid {os.geteuid()}; sides marked @user as unprivileged uid "
+          f"{sandbox_asuser.uid()}")
+    print(f"{a.runs} concurrent runs in one process, one RLM; each run 2 root turns + "
           f"{a.subcalls} sub-calls, latency {a.latency} s (ideal {ideal:.1f} s); "
           f"median of {a.repeats} repeats, sides interleaved")
-    print(f"{'side':12s} {'wall s (min-max)':>22s} {'cpu s / run':>12s} {'wrong':>6s}")
+    print(f"{'side':16s} {'wall s (min-max)':>22s} {'cpu s / run':>12s} {'wrong':>6s}")
     for side in sides:
         walls = [r["wall_s"] for r in rows[side] if "wall_s" in r]
         w = med(side, "wall_s")
@@ -275,13 +367,14 @@ def main(argv: list[str] | None = None) -> int:
         errs = [r["error"] for r in rows[side] if "error" in r]
         wtxt = f"{w:.2f} ({min(walls):.2f}-{max(walls):.2f})" if walls else "-"
         ctxt = f"{c / a.runs * 1e3:.1f} ms" if c is not None else "-"
-        print(f"{side:12s} {wtxt:>22s} {ctxt:>12s} {wrong:>6d}" + (f"  errors: {errs[:1]}"
+        print(f"{side:16s} {wtxt:>22s} {ctxt:>12s} {wrong:>6d}" + (f"  errors: {errs[:1]}"
                                                                     if errs else ""))
-    base = med("inprocess", "wall_s") if "inprocess" in rows else None
     for side in sides:
+        ref = "inprocess@user" if side.endswith("@user") else "inprocess"
+        base = med(ref, "wall_s") if ref in rows else None
         w = med(side, "wall_s")
-        if base and w and side != "inprocess":
-            print(f"ratio {side} / inprocess (median wall): {w / base:.2f}x")
+        if base and w and side != ref:
+            print(f"ratio {side} / {ref} (median wall): {w / base:.2f}x")
     print("\nisolated starts at steady state (start + one cell + close, in a row):")
     for side in sides:
         st = next((r["starts"] for r in rows[side] if "starts" in r), None)
@@ -289,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         spare = st.get("idle_spare", {})
         worker = st.get("started_worker", {})
-        print(f"{side:12s} cpu {st['cpu_ms_per_start_cell_close']:.1f} ms per cycle, wall "
+        print(f"{side:16s} cpu {st['cpu_ms_per_start_cell_close']:.1f} ms per cycle, wall "
               f"{st['wall_ms_per_cycle']:.1f} ms; idle spare: rss {spare.get('rss_mb')} MB, "
               f"pss {spare.get('pss_mb')} MB, private {spare.get('uss_mb')} MB "
               f"({st.get('idle_spare_is', '-')}); a started idle worker: private "

@@ -79,6 +79,22 @@ def test_first_block_that_finalizes_stops_the_turn():
     assert res.answer == "one"
 
 
+def test_made_up_output_and_the_turn_after_it_are_not_run(tmp_path: Path):
+    """A small model imitating the prompt's example writes the REPL's output itself and then
+    commits a guess; only the code before the made-up output runs, and the model sees the
+    real output."""
+    reply = ("```repl\nx = context[:5]\nprint(x)\n```\nOutput: beta\nTurn 3:\n"
+             "```repl\nFINAL('beta')\n```")
+    client = ReplayClient(root_script(reply, repl("FINAL(x)")))
+    res = RLM(model=client, sandbox="inprocess", trace_path=tmp_path / "t.jsonl").completion(
+        "q", context=CTX)
+    assert res.answer == "alpha" and res.turns == 2
+    second = root_calls(client)[1]
+    assert "FINAL('beta')" not in second[-2]["content"] and "alpha" in second[-1]["content"]
+    ends = [e for e in load_events(tmp_path / "t.jsonl") if e.kind == "turn" and e.phase == "end"]
+    assert ends[0].data["imagined_output"] > 0
+
+
 def test_python_fence_accepted_without_repl_fence():
     res = RLM(model=ReplayClient(root_script("```python\nFINAL(context[:5])\n```")),
               sandbox="inprocess").completion("q", context=CTX)
@@ -360,6 +376,36 @@ def test_json_schema_output_gives_a_dict():
     res = RLM(model=client, sandbox="inprocess").completion("q", context=CTX, output=schema)
     assert res.parsed == {"n": 3} and res.answer == '{"n": 3}'
     assert "$.n: -1 is less than the minimum of 0" in client.calls[1][-1]["content"]
+
+
+def test_a_plain_text_answer_is_structured_by_one_sub_call(tmp_path):
+    """A root that commits prose gets its answer filled into the schema by a sub-call."""
+    root = root_script(repl("print('Lyon: 522000')"), repl('FINAL("Lyon, with 522000 people")'))
+
+    def respond(messages):
+        if is_root(messages):
+            return root(messages)
+        assert "Lyon, with 522000 people" in messages[-1]["content"]
+        return '{"name": "Lyon", "population": 522000}'
+    client = ReplayClient(respond)
+    res = RLM(model=client, sandbox="inprocess", trace_path=tmp_path / "t.jsonl").completion(
+        "q", context=CTX, output=City)
+    assert (res.status, res.turns) == ("final", 2)
+    assert res.parsed == City(name="Lyon", population=522000)
+    assert res.usage["sub"].calls == 1
+    ends = [e for e in load_events(tmp_path / "t.jsonl") if e.kind == "turn" and e.phase == "end"]
+    assert ends[1].data["structured"]["from"] == "Lyon, with 522000 people"
+
+
+def test_structuring_asks_for_a_constrained_reply_where_the_client_can():
+    from recursa.output import OutputSpec
+    spec = OutputSpec.of(City)
+    _, local = spec.structuring_request("text", "local:qwen2.5-coder-1.5b")
+    _, hosted = spec.structuring_request("text", "openai:gpt-5-mini")
+    _, other = spec.structuring_request("text", "anthropic:claude-haiku-4-5")
+    assert local["json_schema"] == spec.schema
+    assert hosted["response_format"]["json_schema"]["schema"] == spec.schema
+    assert "json_schema" not in other and "response_format" not in other
 
 
 def test_a_schema_never_satisfied_ends_with_a_clear_output_error():

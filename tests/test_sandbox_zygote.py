@@ -1,10 +1,14 @@
-"""Workers forked by the zygote (bubblewrap as root): one zygote serves every run, and each
-run still gets its own uid, workspace, /tmp, context, pid and network namespaces, and no view
-of any other run."""
+"""Workers forked by the zygote: one zygote serves every run, and each run still gets its own
+workspace, /tmp, context, pid and network namespaces, no capabilities and no view of any other
+run; as root its own uid, without root its own user namespace (the host user's uid outside).
+
+Run as root, `test_the_zygote_tests_pass_as_an_unprivileged_user` runs this module again as an
+unprivileged uid (tests/sandbox_asuser.py), so both paths are tested on a root machine."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,13 +19,19 @@ from pathlib import Path
 
 import pytest
 
+import sandbox_asuser
 from recursa.sandbox import LocalSandbox, forkserver
+from recursa.sandbox.local import nproc_per_userns
 from recursa.sandbox.transport import descendants
 from test_sandbox import Recorder, payload_for, run
 from test_sandbox_isolation import HAVE_BWRAP
 
-pytestmark = pytest.mark.skipif(not (HAVE_BWRAP and os.geteuid() == 0),
-                                reason="the zygote needs bubblewrap as root")
+ROOT = os.geteuid() == 0
+RUN_UID = 1000   # zygote.RUN_UID: a run's uid inside its own user namespace (not root)
+pytestmark = pytest.mark.skipif(
+    not (HAVE_BWRAP and (ROOT or nproc_per_userns())),
+    reason="the zygote needs bubblewrap, and without root Linux 5.14+ (RLIMIT_NPROC per user "
+           "namespace)")
 
 
 async def started(tmp_path, context: str = "ctx", **opts) -> LocalSandbox:
@@ -45,12 +55,19 @@ async def test_one_zygote_forks_every_run(tmp_path):
     b = await started(tmp_path)
     try:
         assert a.forked and b.forked and not a.prewarmed
-        assert "forked by a zygote" in a.isolation and f"uid {a.uid}" in a.isolation
+        assert "forked by a zygote" in a.isolation
+        if ROOT:
+            assert f"uid {a.uid}" in a.isolation and a.uid != b.uid
+        else:
+            assert "user namespace of its own" in a.isolation and a.uid is None
         assert host.get().pid == pid
-        assert a.uid != b.uid and a.workspace != b.workspace
+        assert a.workspace != b.workspace
+        for sb in (a, b):   # the zygote told the host where each run's init is
+            init = sb.session._transport.pid   # type: ignore[union-attr]
+            assert init and init != pid and os.path.exists(f"/proc/{init}")
         for sb in (a, b):
             cell = await run(sb, "import os\nprint(os.getpid(), os.getuid(), len(context))")
-            assert cell.stdout.split() == ["2", str(sb.uid), "3"], cell
+            assert cell.stdout.split() == ["2", str(sb.uid if ROOT else RUN_UID), "3"], cell
     finally:
         await asyncio.gather(a.close(), b.close())
     assert not os.path.exists(a.workspace) and not os.path.exists(b.workspace)
@@ -98,7 +115,10 @@ async def test_concurrent_runs_see_nothing_of_each_other(tmp_path):
     try:
         pa, pb = [eval((await run(sb, PROBE)).stdout) for sb in (a, b)]
         for sb, p in ((a, pa), (b, pb)):
-            assert p["uid"] == sb.uid and p["uid"] >= 200000
+            if ROOT:
+                assert p["uid"] == sb.uid and p["uid"] >= 200000
+            else:
+                assert p["uid"] == RUN_UID
             assert p["ws"] == ["mine"] and p["tmp"] == ["mine"]   # the other's files absent
             assert p["runs"] == []                                 # every run's dirs hidden
             assert p["procs"] == [1, 2]                            # own pid namespace
@@ -109,7 +129,7 @@ async def test_concurrent_runs_see_nothing_of_each_other(tmp_path):
         cell = await run(b, CONNECT.format(port=pa["port"]))
         assert "tcp reached" not in cell.stdout and "abstract reached" not in cell.stdout, cell
         with open(os.path.join(a.workspace, "mine")) as f:
-            assert f.read() == str(a.uid)
+            assert f.read() == str(pa["uid"])
     finally:
         await asyncio.gather(a.close(), b.close())
 
@@ -135,8 +155,9 @@ async def test_a_dead_zygote_is_replaced_and_the_run_restarts(tmp_path):
     try:
         await run(sb, "kept = 1")
         z = the_zygote(sb).get()
-        for pid in (z.pid, *descendants(z.pid)):
-            os.kill(pid, signal.SIGKILL)
+        for pid in (*descendants(z.pid), z.pid):
+            with contextlib.suppress(ProcessLookupError):   # gone with its parent already
+                os.kill(pid, signal.SIGKILL)
         cell = await run(sb, "print(len(context))")
         assert cell.restarted and "kept" in cell.lost_variables, cell
         assert cell.stdout == "" or cell.stdout.strip() == "11"
@@ -236,3 +257,100 @@ async def test_idle_zygotes_of_other_configurations_are_stopped(tmp_path):
         assert cell.stdout.strip() == "3" and not cell.restarted
     finally:
         await open_sb.close()
+
+
+# ------------------------------------------------------------------ without root
+not_root = pytest.mark.skipif(ROOT, reason="the user-namespace zygote is the non-root path "
+                                           "(run as root, the test below runs it unprivileged)")
+
+
+@not_root
+async def test_a_run_has_its_own_user_namespace_and_cannot_regain_capabilities(tmp_path):
+    sb = await started(tmp_path)
+    try:
+        assert sb.userns and sb.forked
+        cell = await run(sb, textwrap.dedent("""
+            import ctypes, os
+            libc = ctypes.CDLL(None, use_errno=True)
+            st = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())
+            out = {k: st[k].strip() for k in ('CapEff', 'CapPrm', 'CapBnd', 'CapAmb',
+                                              'NoNewPrivs')}
+            out['uid_map'] = open('/proc/self/uid_map').read().split()
+            out['userns'] = libc.unshare(0x10000000) == 0      # CLONE_NEWUSER
+            out['setgroups'] = open('/proc/self/setgroups').read().strip()
+            for path in ('/dev/shm/x', '/dev/x', '/recursa/x', '/usr/x'):
+                try:
+                    open(path, 'w')
+                    out[path] = 'written'
+                except OSError as e:
+                    out[path] = type(e).__name__
+            print(out)
+        """))
+        out = eval(cell.stdout)
+        for k in ("CapEff", "CapPrm", "CapBnd", "CapAmb"):
+            assert int(out[k], 16) == 0, out
+        assert out["NoNewPrivs"] == "1" and out["setgroups"] == "deny"
+        assert out["uid_map"] == [str(RUN_UID), "0", "1"], out   # one uid: the zygote's
+        assert out["userns"] is False, out                      # no nested user namespace
+        assert not [p for p in out if p.startswith("/") and out[p] == "written"], out
+        # the host knows the run's processes (for the memory watch): its init and worker
+        procs = sb.processes()
+        assert len(procs) == 2 and all(os.path.exists(f"/proc/{p}") for p in procs)
+    finally:
+        await sb.close()
+
+
+THREADS = """
+import threading, time
+stop = threading.Event()
+n = 0
+try:
+    for _ in range({n}):
+        threading.Thread(target=stop.wait, daemon=True).start()
+        n += 1
+except RuntimeError:
+    pass
+print(n)
+"""
+
+
+@not_root
+async def test_process_limits_count_each_run_alone(tmp_path):
+    # RLIMIT_NPROC per user namespace: one run holding its whole allowance leaves another
+    # run's untouched, though both are the same host user.
+    a, b = await asyncio.gather(started(tmp_path, max_processes=12),
+                                started(tmp_path, max_processes=12))
+    try:
+        assert "processes 12 (RLIMIT_NPROC of its own user namespace)" in a.isolation or \
+            "cgroup" in a.tree_limits
+        held = int((await run(a, THREADS.format(n=100))).stdout)
+        assert 5 <= held < 12          # init + worker + its threads stay under the limit
+        other = int((await run(b, THREADS.format(n=5))).stdout)
+        assert other == 5
+    finally:
+        await asyncio.gather(a.close(), b.close())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ROOT, reason="only root can run the tests as another uid")
+def test_the_zygote_tests_pass_as_an_unprivileged_user(tmp_path):
+    """This module (and the isolation tests), again as an unprivileged uid: the zygote in a
+    user namespace, a nested one per run, no cgroups (the host-side watch)."""
+    why = sandbox_asuser.usable()
+    if why:
+        pytest.skip(f"cannot run as an unprivileged user: {why}")
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": f"{here.parent / 'src'}:{here}"}
+    cmd = sandbox_asuser.command([
+        sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", "-m", "",
+        "-k", "not unprivileged_user",
+        str(here / "test_sandbox_zygote.py"), str(here / "test_sandbox_isolation.py")])
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
+                         cwd=str(here.parent))
+    tail = out.stdout[-4000:] + out.stderr[-2000:]
+    assert out.returncode == 0, tail
+    assert "the zygote needs" not in out.stdout, tail        # the zygote tests were not skipped
+    for name in ("test_concurrent_runs_see_nothing_of_each_other",
+                 "test_a_run_has_its_own_user_namespace_and_cannot_regain_capabilities",
+                 "test_process_limits_count_each_run_alone", "test_bwrap_hides_host_files"):
+        assert f"{name} PASSED" in out.stdout, tail

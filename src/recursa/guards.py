@@ -90,16 +90,26 @@ async def hold_ungrounded(st: _State, source: str, ran_code: bool, extra: dict[s
 
 
 async def hold_invalid(st: _State, spec: OutputSpec, ran_code: bool, extra: dict[str, Any],
-                       run_hidden: RunHidden) -> str | None:
+                       run_hidden: RunHidden,
+                       structure: Callable[[str], Awaitable[str | None]]) -> str | None:
     """A commit that does not match the run's output schema is held, every time: it stays the
-    draft and the validation error goes back to the model. None when the commit is valid."""
+    draft and the validation error goes back to the model. An answer written as plain text
+    (not JSON at all) is first given to `structure`, one sub-call that fills the schema from
+    it; its valid JSON is committed. None when the commit is (now) valid."""
     if st.final is None:
         return None
     try:
         spec.parse(st.final)
     except OutputInvalid as e:
+        if st.final.strip() and not spec.looks_structured(st.final):
+            filled = await structure(st.final)
+            if filled is not None:
+                extra["structured"] = {"from": st.final}
+                st.final = filled
+                return None
         extra["held"] = {"answer": st.final, "invalid": str(e)}
-        return await _unready(st, ran_code, prompts.INVALID_OUTPUT.format(errors=e), run_hidden)
+        return await _unready(st, ran_code, prompts.INVALID_OUTPUT.format(
+            errors=e, example=spec.commit_example()), run_hidden)
     return None
 
 

@@ -29,6 +29,7 @@ from recursa.output import OutputInvalid, OutputSpec
 from recursa.parse import (
     answer_text,
     code_blocks,
+    cut_imagined,
     final_line,
     final_literal,
     format_cell,
@@ -189,10 +190,15 @@ class _Run:
                 return
             st.turns += 1
             turn.replied(comp)
-            self._append({"role": "assistant", "content": comp.text})
             extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, ...
+            text = comp.text
+            cut = cut_imagined(text)      # only the code before a made-up "Output:" runs
+            if cut is not None:
+                extra["imagined_output"] = len(text) - len(cut)
+                text = cut
+            self._append({"role": "assistant", "content": text})
             try:
-                blocks, nudge, failed = await self._act(comp.text, turn, extra)
+                blocks, nudge, failed = await self._act(text, turn, extra)
             except BaseException as e:      # the span ends whatever cut the turn short
                 turn.end(comp, error="cancelled" if isinstance(e, asyncio.CancelledError)
                          else f"{type(e).__name__}: {e}", **extra)
@@ -263,8 +269,23 @@ class _Run:
         source = "\n".join(blocks) if blocks else text
         held = await hold_ungrounded(st, source, bool(blocks), extra, self._run_hidden)
         if held is None and self.output is not None:
-            held = await hold_invalid(st, self.output, bool(blocks), extra, self._run_hidden)
+            held = await hold_invalid(st, self.output, bool(blocks), extra, self._run_hidden,
+                                      self._structure)
         return blocks, held or nudge, failed
+
+    async def _structure(self, text: str) -> str | None:
+        """The output schema filled from a plain-text answer by one sub-call (see
+        `OutputSpec.structuring_request`); None if that fails or does not validate."""
+        assert self.output is not None
+        client = self.env.dispatcher.sub_client
+        messages, options = self.output.structuring_request(text, client.name)
+        try:
+            comp = await self.env.dispatcher.call_model(client, messages, role="sub",
+                                                        subcall=True, options=options)
+            self.output.parse(comp.text)
+        except (ModelError, BudgetExceeded, OutputInvalid):
+            return None
+        return comp.text.strip()
 
     def _feedback(self, blocks: list[str], nudge: str | None, failed_turn: bool,
                   extra: dict[str, Any]) -> str | None:

@@ -69,7 +69,44 @@ class OutputSpec:
     def prompt(self) -> str:
         """What the root is told with the query."""
         return ("The final answer must be a JSON value matching this JSON schema (commit it "
-                "with FINAL(json.dumps(value))):\n" + json.dumps(self.schema, ensure_ascii=False))
+                f"with {self.commit_example()}):\n" + json.dumps(self.schema, ensure_ascii=False))
+
+    def commit_example(self) -> str:
+        """How to commit a value of this schema, spelled out for an object's fields (small
+        models copy this line far more reliably than they read a schema)."""
+        props = self.schema.get("properties")
+        if self.schema.get("type") != "object" or not isinstance(props, dict) or not props:
+            return "FINAL(json.dumps(value))"
+        names = [k if k.isidentifier() else re.sub(r"\W", "_", k) for k in props]
+        fields = ", ".join(f"{json.dumps(k)}: {n}" for k, n in zip(props, names, strict=True))
+        return f"FINAL(json.dumps({{{fields}}})) after setting {', '.join(names)} from the output"
+
+    def structuring_request(self, text: str, client_name: str
+                            ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """Messages and options for one sub-call that fills this schema from an answer the root
+        wrote as plain text. The reply is constrained to the schema where the client can do it
+        (llama.cpp's json_schema; response_format on OpenAI-compatible servers)."""
+        schema = json.dumps(self.schema, ensure_ascii=False)
+        messages = [
+            {"role": "system", "content": "You turn an answer written as text into JSON matching "
+             "a JSON schema. Use only facts stated in the text; reply with the JSON only."},
+            {"role": "user", "content": f"Schema:\n{schema}\n\nText:\n{text}\n\nJSON:"}]
+        options: dict[str, Any] = {"temperature": 0.0, "max_tokens": 1024}
+        provider = client_name.split(":", 1)[0]
+        if provider == "local":
+            options["json_schema"] = self.schema
+        elif provider in ("openai", "vllm", "openrouter", "azure"):
+            options["response_format"] = {"type": "json_schema",
+                                          "json_schema": {"name": "answer", "schema": self.schema}}
+        return messages, options
+
+    def looks_structured(self, answer: str) -> bool:
+        """Whether `answer` is JSON (or a Python literal) at all, right or wrong."""
+        try:
+            _decode(answer)
+        except OutputInvalid:
+            return False
+        return True
 
     def parse(self, answer: str) -> Any:
         """The validated value of `answer` (JSON, possibly fenced; or a Python literal such as

@@ -12,6 +12,21 @@ from recursa.types import Cell
 _FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
 
 
+# After a closing fence, a line like the system prompt's worked example ("Output: ...",
+# "Turn 3:") is the model writing the REPL's output itself instead of waiting for it.
+_IMAGINED = re.compile(r"\n[ \t]*```[ \t]*\n\s*(?:Output|OUTPUT|Turn \d+)\s*:")
+
+
+def cut_imagined(text: str) -> str | None:
+    """The reply up to the end of the first code block the model followed with output it made
+    up (and then, often, a made-up next turn that commits a guess); None when there is none."""
+    m = _IMAGINED.search(text)
+    if m is None:
+        return None
+    end = text.index("```", m.start())
+    return text[:end + 3]
+
+
 def code_blocks(text: str) -> list[str]:
     """The ```repl blocks of a reply, in order; else its ```python / ```py blocks; else its bare
     ``` blocks (small models often drop the language name).

@@ -114,7 +114,7 @@ LAST_TURN_OUTPUT = "\nThe answer must be JSON matching the schema you were given
 
 INVALID_OUTPUT = """Not committed: the answer does not match the required JSON schema:
 {errors}
-Fix it and commit a JSON value that matches the schema, e.g. FINAL(json.dumps(value))."""
+Fix it and commit a JSON value that matches the schema: {example}."""
 
 TOOLS_LINE = "- Your sub-models (llm_query, llm_batch) can use these tools, which you cannot call " \
              "yourself: {names}. Ask them in plain words to use the tools.\n"

@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -48,7 +49,7 @@ class Zygote:
         self.runs_dir = runs_dir
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._spawned: dict[int, cf.Future[None]] = {}
+        self._spawned: dict[int, cf.Future[int | None]] = {}
         self._exits: dict[int, cf.Future[int]] = {}
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -84,15 +85,22 @@ class Zygote:
             finally:
                 child.close()
             self._sock = host
+            with contextlib.suppress(OSError):   # the run's pid comes with "spawned"
+                host.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
             self._up.set()
+            creds_size = socket.CMSG_SPACE(struct.calcsize("3i"))
             while True:
                 try:
-                    data = host.recv(65536)
+                    data, anc, _, _ = host.recvmsg(65536, creds_size)
                 except OSError:
-                    data = b""
+                    data, anc = b"", []
                 if not data:
                     break
-                self._dispatch(json.loads(data))
+                pid = None
+                for level, kind, raw in anc:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                        pid = struct.unpack("3i", raw[:struct.calcsize("3i")])[0]
+                self._dispatch(json.loads(data), pid)
         finally:
             self._up.set()
             self._die(self._why())
@@ -106,8 +114,10 @@ class Zygote:
                 return f"the zygote exited (status {rc}): {tail}"
         return f"the zygote exited (status {rc})"
 
-    def _dispatch(self, msg: dict[str, Any]) -> None:
+    def _dispatch(self, msg: dict[str, Any], pid: int | None) -> None:
         rid = msg.get("id")
+        if not isinstance(rid, int):   # not a reply to anything we sent
+            return
         with self._lock:
             if msg.get("op") == "spawned":
                 fut = self._spawned.pop(rid, None)
@@ -115,8 +125,8 @@ class Zygote:
                     if msg.get("error"):
                         fut.set_exception(ZygoteError(msg["error"]))
                         self._exits.pop(rid, None)
-                    else:
-                        fut.set_result(None)
+                    else:   # the run's init, as this host sees it (0: not in our namespace)
+                        fut.set_result(pid if msg.get("pid") and pid else None)
             elif msg.get("op") == "exit":
                 ex = self._exits.pop(rid, None)
                 if ex is not None and not ex.done():
@@ -136,14 +146,15 @@ class Zygote:
             self._exits.clear()
 
     # -- used by transports (any thread)
-    def spawn(self, req: dict[str, Any], fds: list[int]) -> tuple[int, cf.Future[None],
-                                                                   cf.Future[int]]:
-        """Ask for a run; the caller closes `fds` after this returns (they were sent)."""
+    def spawn(self, req: dict[str, Any], fds: list[int]) -> tuple[
+            int, cf.Future[int | None], cf.Future[int]]:
+        """Ask for a run; the caller closes `fds` after this returns (they were sent). The
+        first future gives the host pid of the run's init (None if unknown) once it started."""
         with self._lock:
             if self._dead is not None or self._sock is None:
                 raise ZygoteError(self._dead or "the zygote is not running")
             rid = next(self._ids)
-            spawned: cf.Future[None] = cf.Future()
+            spawned: cf.Future[int | None] = cf.Future()
             exited: cf.Future[int] = cf.Future()
             self._spawned[rid] = spawned
             self._exits[rid] = exited
@@ -229,6 +240,7 @@ class ZygoteTransport(PipeTransport):
         self._rid: int | None = None
         self._exited: cf.Future[int] | None = None
         self._files: list[Any] = []
+        self.pid: int | None = None        # the run's init on this host (its tree is the run)
 
     @property
     def returncode(self) -> int | None:
@@ -262,7 +274,7 @@ class ZygoteTransport(PipeTransport):
                        os.fdopen(mine[1], "rb", buffering=0),
                        os.fdopen(mine[2], "rb", buffering=0)]
         try:
-            await asyncio.wait_for(asyncio.wrap_future(spawned), self._timeout)
+            self.pid = await asyncio.wait_for(asyncio.wrap_future(spawned), self._timeout)
         except TimeoutError:
             raise ZygoteError("the zygote did not answer") from None
         await self._connect(*self._files)

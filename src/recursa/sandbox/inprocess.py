@@ -71,9 +71,9 @@ class _Routers:
             self.users -= 1
             if self.users == 0:
                 if sys.stdout is self.out:
-                    sys.stdout = self.out._fallback
+                    sys.stdout = self.out._fallback   # type: ignore[union-attr]
                 if sys.stderr is self.err:
-                    sys.stderr = self.err._fallback
+                    sys.stderr = self.err._fallback   # type: ignore[union-attr]
 
 
 _routers = _Routers()
@@ -165,7 +165,10 @@ class InProcessSandbox:
                 res = repl.run(code, max_output_chars)
             except BaseException as exc:  # KeyboardInterrupt landing outside user code
                 res = {"error": f"{type(exc).__name__}: {exc}"}
-            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(res))
+            def deliver() -> None:
+                if not done.done():
+                    done.set_result(res)
+            loop.call_soon_threadsafe(deliver)
 
         _routers.acquire()
         t0 = time.perf_counter()

@@ -19,12 +19,15 @@ What is enforced (all configurable):
 
 How a worker starts. Starting bubblewrap and a bare interpreter and importing the worker's
 modules costs ~90 ms of CPU. Two ways avoid paying it per run:
-  * the zygote (forkserver.py, zygote.py; bubblewrap as root, the default there): one fork
-    server per configuration, inside one bubblewrap, with the worker imported; each run is a
-    fork that enters its own mount, pid, network, IPC, UTS and cgroup namespaces, sees only its
-    own workspace, context and /tmp, joins its own cgroup and drops to its own uid. About 10 ms
-    of CPU per start, all of it counted. `zygote=False` / RECURSA_ZYGOTE=0 turn it off.
-  * spares (elsewhere, e.g. without root or without bubblewrap): a process-wide pool keeps
+  * the zygote (forkserver.py, zygote.py; with bubblewrap, the default): one fork server per
+    configuration, inside one bubblewrap, with the worker imported; each run is a fork that
+    enters its own mount, pid, network, IPC, UTS and cgroup namespaces, sees only its own
+    workspace, context and /tmp, joins its own cgroup (if any) and, as root, drops to its own
+    uid; without root (Linux 5.14+) the zygote is in an unprivileged user namespace and each
+    run enters a nested one of its own with no capabilities. About 10-15 ms of CPU per start,
+    all of it counted. `zygote=False` / RECURSA_ZYGOTE=0 turn it off.
+  * spares (elsewhere: without bubblewrap, or a kernel older than 5.14 without root, or where
+    the zygote cannot start): a process-wide pool keeps
     `prewarm` (default 1, env RECURSA_PREWARM; 0 disables) started workers per configuration,
     spawned with plain `subprocess.Popen` from one long-lived thread (they are not tied to any
     event loop), and `start()` adopts one into the current loop; the next spare is started in
@@ -41,8 +44,10 @@ are named after it (`recursa.tempdirs.owned_tempdir`) and removed by the next pr
 Processes: RLIMIT_NPROC is counted per *user id* and root is exempt from it, so it only means
 something when the worker runs as its own uid. When the host runs as root under bubblewrap,
 the worker therefore drops to a random unprivileged uid (200000-265535, one per worker) after
-opening the context, and the limit applies to that uid alone. With a cgroup, `pids.max` bounds
-the tree in every mode; without one and without a uid of its own the process limit is not
+opening the context, and the limit applies to that uid alone. Without root, a zygote's run has
+a user namespace of its own, and since Linux 5.14 RLIMIT_NPROC counts a uid's processes per
+user namespace: the limit then holds for the run alone. With a cgroup, `pids.max` bounds the
+tree in every mode; without one, a uid or a user namespace of its own the process limit is not
 applied (it would count every process of the host user) and `isolation` says so.
 """
 
@@ -116,6 +121,16 @@ def _bwrap_works(bwrap: str) -> bool:
     return _bwrap_ok[bwrap]
 
 
+def nproc_per_userns() -> bool:
+    """Whether RLIMIT_NPROC counts a uid's processes per user namespace (Linux 5.14+), so a
+    run in a user namespace of its own can be limited without a uid of its own."""
+    try:
+        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (5, 14)
+
+
 def _env_int(name: str, default: int) -> int:
     try:
         return int(os.environ.get(name, default))
@@ -138,6 +153,7 @@ class WorkerConfig:
     tmp_mb: int
     drop_uid: bool                  # bwrap as root: each worker gets its own uid
     worker: str = str(WORKER_PATH)
+    userns: bool = False            # bwrap without root: a zygote in a user namespace
     pillow: str | None = field(default_factory=pillow_site)   # for Image.crop in the worker
 
     def new_worker(self) -> WorkerSpec:
@@ -180,19 +196,24 @@ class WorkerConfig:
     def zygote_command(self, runs_dir: str, control_fd: int) -> list[str]:
         """The zygote's command line (see zygote.py): like a worker's, plus the capabilities
         it needs to give each run its own namespaces, and every run's directories at
-        /recursa/runs (each run unmounts them from its own view)."""
-        assert self.drop_uid
+        /recursa/runs (each run unmounts them from its own view). Without root, in a user
+        namespace of its own, with capabilities over its own namespaces only (zygote.py)."""
+        assert self.drop_uid or self.userns
         env = self._env()
         env.update(HOME="/workspace", TMPDIR="/tmp")
-        a, python = self._bwrap(env, privileged=True, extra_caps=(
-            "CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_KILL", "CAP_NET_ADMIN",
-            "CAP_DAC_READ_SEARCH"))
+        if self.userns:   # SETFCAP: to map its uid 0 into each run's user namespace
+            a, python = self._bwrap(env, privileged=False, userns_caps=(
+                "CAP_SYS_ADMIN", "CAP_NET_ADMIN", "CAP_SETPCAP", "CAP_SETFCAP"))
+        else:
+            a, python = self._bwrap(env, privileged=True, extra_caps=(
+                "CAP_SYS_ADMIN", "CAP_SETPCAP", "CAP_KILL", "CAP_NET_ADMIN",
+                "CAP_DAC_READ_SEARCH"))
         a += ["--ro-bind", str(ZYGOTE_PATH), f"{_IN}/zygote.py",
               "--dir", _CTX_DIR, "--dir", "/workspace", "--dir", "/tmp",
               "--bind", runs_dir, f"{_IN}/runs"]
         a += self._bwrap_tail(env)
         return a + ["--", python, "-I", "-S", f"{_IN}/zygote.py", "--control-fd",
-                    str(control_fd)]
+                    str(control_fd), *(["--userns"] if self.userns else [])]
 
     @staticmethod
     def _env() -> dict[str, str]:
@@ -200,7 +221,8 @@ class WorkerConfig:
                 "PYTHONUNBUFFERED": "1"}
 
     def _bwrap(self, env: dict[str, str], *, privileged: bool,
-               extra_caps: tuple[str, ...] = ()) -> tuple[list[str], str]:
+               extra_caps: tuple[str, ...] = (),
+               userns_caps: tuple[str, ...] = ()) -> tuple[list[str], str]:
         """bwrap's options up to the per-worker mounts; the interpreter's path inside."""
         assert self.bwrap is not None
         prefix = os.path.realpath(sys.base_prefix)
@@ -223,6 +245,14 @@ class WorkerConfig:
             if extra_caps:   # the zygote: only what it needs (bwrap as root keeps all else)
                 a += ["--cap-drop", "ALL"]
             for cap in ("CAP_SETUID", "CAP_SETGID", *extra_caps):
+                a += ["--cap-add", cap]
+        elif userns_caps:
+            # Not root: uid 0 of a user namespace of its own (the host user outside), with
+            # these capabilities over its own namespaces and nothing else.
+            a += ["--unshare-user", "--uid", "0", "--gid", "0", "--unshare-ipc",
+                  "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+                  "--cap-drop", "ALL"]
+            for cap in userns_caps:
                 a += ["--cap-add", cap]
         else:
             a += ["--unshare-all"]
@@ -534,8 +564,9 @@ class LocalSandbox:
     process-wide pool (default: env RECURSA_PREWARM, else 1; 0 starts every worker on demand).
     Not used when a zygote forks the workers.
     zygote: fork each worker from a per-configuration fork server (zygote.py) instead of
-    starting bubblewrap and an interpreter per run (default: env RECURSA_ZYGOTE, else on). Only
-    where workers get their own uid (bubblewrap as root); elsewhere spares are used.
+    starting bubblewrap and an interpreter per run (default: env RECURSA_ZYGOTE, else on). With
+    bubblewrap as root (a uid per run), or without root on Linux 5.14+ (a user namespace per
+    run); elsewhere spares are used.
     cgroups: limit memory and processes of each sandbox's whole process tree with its own
     control group where the host allows (default on; env RECURSA_CGROUPS=0 turns it off);
     otherwise a host thread watches the tree's resident memory (see treelimits.py).
@@ -579,14 +610,20 @@ class LocalSandbox:
                             "your files and use the network")
         self.bwrap = bw
         self.drop_uid = self.mode == "bwrap" and drop_uid and os.geteuid() == 0
+        if zygote is None:
+            zygote = _env_int("RECURSA_ZYGOTE", 1) != 0
+        # Not root: the zygote runs in a user namespace and each run gets one of its own, where
+        # RLIMIT_NPROC counts the run's processes alone (Linux 5.14+; older kernels count them
+        # per host user, so neither is used there).
+        self.userns = bool(zygote and self.mode == "bwrap" and os.geteuid() != 0
+                           and nproc_per_userns())
         self.uid: int | None = None      # the current worker's own uid (set by start())
         self.config = WorkerConfig(
             mode=self.mode, python=self.python, bwrap=bw if self.mode == "bwrap" else None,
             limits=tuple(sorted(self._limits().items())), tmp_mb=self.tmp_mb,
-            drop_uid=self.drop_uid)
-        if zygote is None:
-            zygote = _env_int("RECURSA_ZYGOTE", 1) != 0
-        self.use_zygote = bool(zygote and self.drop_uid and self.config not in _NO_ZYGOTE)
+            drop_uid=self.drop_uid, userns=self.userns)
+        self.use_zygote = bool(zygote and (self.drop_uid or self.userns)
+                               and self.config not in _NO_ZYGOTE)
         self._cg_host = (cgroup_host() if cgroups and (memory_mb or max_processes) else None)
         self.workspace: str | None = None
         self.prewarmed = False          # whether start() adopted a pre-started worker
@@ -614,14 +651,18 @@ class LocalSandbox:
             lim.append(f"cpu {self.cpu_seconds} s")
         if self.file_size_mb:
             lim.append(f"file size {self.file_size_mb} MB")
-        if self.max_processes and (mech != "watch" or self.drop_uid):
-            how = mech if mech != "watch" else "RLIMIT_NPROC of its own uid"
+        if self.max_processes and (mech != "watch" or self.drop_uid or self.userns):
+            how = mech if mech != "watch" else (
+                "RLIMIT_NPROC of its own uid" if self.drop_uid
+                else "RLIMIT_NPROC of its own user namespace")
             lim.append(f"processes {self.max_processes} ({how})")
         if self.disk_mb:
             lim.append(f"workspace {self.disk_mb} MB")
         limits = ", ".join(lim) or "none"
         if self.mode == "bwrap":
-            if not self.drop_uid:
+            if self.userns and self.use_zygote:
+                who = "host uid in a user namespace of its own, no capabilities"
+            elif not self.drop_uid:
                 who = "host uid"
             elif self.uid is not None:
                 who = f"uid {self.uid}"
@@ -661,14 +702,16 @@ class LocalSandbox:
 
     async def _start_forked(self, payload: ContextPayload, handler: CallHandler) -> None:
         host = zygote_host(self.config, self.config.zygote_command)
-        uid = random.randint(WORKER_UID_MIN, WORKER_UID_MAX)
+        # In a user namespace every run is the host user outside (zygote.RUN_UID inside).
+        uid = None if self.userns else random.randint(WORKER_UID_MIN, WORKER_UID_MAX)
         try:
             run = host.new_run_dir()
             spec = WorkerSpec(workspace=os.path.join(run, "ws"), ctxdir=os.path.join(run, "ctx"),
                               uid=uid, root=run)
             self._spec = spec
             os.mkdir(spec.workspace, 0o700)
-            os.chown(spec.workspace, uid, uid)
+            if uid is not None:
+                os.chown(spec.workspace, uid, uid)
             os.mkdir(spec.ctxdir, 0o755)   # type: ignore[arg-type]
             self.workspace, self.uid = spec.workspace, uid
             self.isolation = self._describe()
@@ -680,7 +723,7 @@ class LocalSandbox:
         except BaseException:
             await self.close()
             raise
-        req = {"run": os.path.basename(run), "uid": uid, "limits": dict(self.config.limits),
+        req = {"run": os.path.basename(run), "uid": uid or 0, "limits": dict(self.config.limits),
                "tmp_bytes": self.tmp_mb * 1024 * 1024}
         cgroup = self._cgroup
 
@@ -818,7 +861,7 @@ class LocalSandbox:
         right here (tens of microseconds); a big one in a thread, off the loop."""
         assert self.workspace is not None and self.disk_mb
         limit = self.disk_mb * 1024 * 1024
-        used, self._disk_entries = -1, self._disk_entries
+        used: int | None = -1
         if self._disk_entries < 1000:
             used, self._disk_entries = disk_usage_entries(self.workspace, limit=limit,
                                                           give_up_after=2000)
@@ -854,7 +897,7 @@ class LocalSandbox:
             return None
         loop = asyncio.get_running_loop()
         return WATCH.watch(self.memory_mb * 1024 * 1024,
-                           lambda rss: loop.call_soon_threadsafe(over.set),
+                           lambda rss: None if loop.call_soon_threadsafe(over.set) else None,
                            uid=self.uid, root=None if self.uid is not None else pid)
 
     async def _watch(self, session: WorkerSession, watch_disk: bool) -> None:
@@ -936,7 +979,7 @@ class LocalSandbox:
             lim["cpu"] = self.cpu_seconds
         if self.file_size_mb:
             lim["fsize"] = self.file_size_mb * mb
-        if self.max_processes and self.drop_uid:
+        if self.max_processes and (self.drop_uid or self.userns):
             lim["nproc"] = self.max_processes
         return lim
 

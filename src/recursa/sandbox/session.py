@@ -176,7 +176,8 @@ class WorkerSession:
     async def _serve_call(self, msg: dict[str, Any], events: asyncio.Queue[tuple[str, Any]]
                           ) -> None:
         cid, kind = msg.get("id"), str(msg.get("kind"))
-        args = msg.get("args") if isinstance(msg.get("args"), dict) else {}
+        raw = msg.get("args")
+        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
         try:
             try:
                 value = await self._handler(kind, args)

@@ -167,7 +167,10 @@ async def wait_pid_exit(pid: int, poll: Callable[[], int | None], timeout: float
     try:
         if pidfd is not None:  # readable once the process has exited
             exited = loop.create_future()
-            loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
+            def on_exit() -> None:
+                if not exited.done():
+                    exited.set_result(None)
+            loop.add_reader(pidfd, on_exit)
             try:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(exited, timeout)

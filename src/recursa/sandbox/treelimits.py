@@ -410,7 +410,7 @@ class TreeWatch:
                 while not self._items:
                     self._cond.wait()
                 items = list(self._items.values())
-            procs = _scan(page)
+            procs = _scan(page, uids=any(w.uid is not None for w in items))
             children: dict[int, list[int]] = {}
             for pid, (ppid, _, _) in procs.items():
                 children.setdefault(ppid, []).append(pid)
@@ -436,8 +436,9 @@ class TreeWatch:
             time.sleep(self.interval)
 
 
-def _scan(page: int) -> dict[int, tuple[int, int, int]]:
-    """pid -> (ppid, uid, resident bytes) for every process (Linux /proc)."""
+def _scan(page: int, *, uids: bool = True) -> dict[int, tuple[int, int, int]]:
+    """pid -> (ppid, uid, resident bytes) for every process (Linux /proc); uid -1 unless
+    `uids` (a stat less per process: trees watched by pid alone do not need it)."""
     out: dict[int, tuple[int, int, int]] = {}
     try:
         entries = os.listdir("/proc")
@@ -449,7 +450,7 @@ def _scan(page: int) -> dict[int, tuple[int, int, int]]:
         try:
             with open(f"/proc/{e}/stat", "rb") as f:
                 stat = f.read()
-            uid = os.stat(f"/proc/{e}").st_uid
+            uid = os.stat(f"/proc/{e}").st_uid if uids else -1
         except OSError:
             continue
         rest = stat[stat.rfind(b")") + 2:].split()

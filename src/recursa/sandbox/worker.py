@@ -293,7 +293,9 @@ class Repl:
         tree = ast.parse(code, filename, "exec")
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+            tail = tree.body.pop()
+            assert isinstance(tail, ast.Expr)
+            last = ast.Expression(tail.value)
         body = compile(tree, filename, "exec")
         expr = compile(last, filename, "eval") if last is not None else None
         return body, expr
@@ -590,7 +592,7 @@ class Worker:
                 t = msg.get("type")
                 if t == "result":
                     with self.slots_lock:
-                        slot = self.slots.get(msg.get("id"))
+                        slot = self.slots.get(str(msg.get("id")))
                     if slot is not None:
                         slot.value = msg.get("value")
                         slot.error = msg.get("error")
@@ -600,7 +602,9 @@ class Worker:
                     # aimed at the main thread so that thread's sigmask (see _Channel.send)
                     # can hold it back while a frame is half written.
                     if self.current_cell is not None and msg.get("id") == self.current_cell:
-                        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                        main_id = threading.main_thread().ident
+                        if main_id is not None:
+                            signal.pthread_kill(main_id, signal.SIGINT)
                 else:
                     self.requests.put(msg)
         except BaseException:

@@ -18,6 +18,18 @@ Each run still gets what a worker of its own bubblewrap gets, and no view of ano
     bounding set and setuid()s, exactly like a worker started on its own.
 No user code ever runs in the zygote or before the uid drop.
 
+Without root (--userns): bubblewrap puts the zygote in a user namespace of its own (uid 0 there,
+the host user outside, with only CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP and CAP_SETFCAP over
+its own namespaces). A run gets the same namespaces and mounts as above (its /dev read-only too,
+the zygote's /dev being writable by the host user), but only one uid can be mapped without
+root, so instead of a uid of its own each run's init then enters a nested user namespace of its
+own: uid RUN_UID inside, the host user outside, setgroups denied, no further user namespaces
+(max_user_namespaces 0), an empty bounding set and no capabilities. RLIMIT_NPROC is counted per
+uid *and user namespace* (Linux 5.14+), so it bounds each run on its own; runs share the host
+user's uid but see nothing of each other (own mount, pid, network, IPC namespaces) and cannot
+reach the zygote or another run's processes (not in their pid namespace; ptrace and signals of
+the zygote's namespace need capabilities there). See docs/security.md.
+
 Each run's first process is forked straight into a new pid namespace (unshare(CLONE_NEWPID)
 before the fork, setns() back after it), is that namespace's init, and forks the worker.
 
@@ -25,7 +37,10 @@ Control socket (SOCK_SEQPACKET, fd --control-fd): one JSON object per message.
   host -> zygote  {"op": "spawn", "id", "run", "uid", "limits", "tmp_bytes"}
                   with SCM_RIGHTS [stdin, stdout, stderr, *cgroup.procs]
                   {"op": "kill", "id"}
-  zygote -> host  {"op": "spawned", "id", "error"?}   {"op": "exit", "id", "status"}
+  zygote -> host  {"op": "spawned", "id", "error"?, "pid"?}   {"op": "exit", "id", "status"}
+"spawned" carries SCM_CREDENTIALS naming the run's init when "pid" is true: the kernel gives
+the host that pid in its own pid namespace (the host has no other way to find a run without a
+uid or cgroup of its own; it watches the tree's memory from there).
 "status" follows Popen.returncode (negative: killed by that signal). The zygote exits when the
 host closes the socket; bubblewrap then tears the whole pid namespace down, runs included.
 """
@@ -53,6 +68,9 @@ RUNS = "/recursa/runs"
 CLONE_NEWNS, CLONE_NEWCGROUP = 0x00020000, 0x02000000
 CLONE_NEWUTS, CLONE_NEWIPC = 0x04000000, 0x08000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+CLONE_NEWUSER = 0x10000000
+RUN_UID = 1000            # a run's uid inside its own user namespace (--userns)
+USERNS = False            # set by main(): the zygote runs in a user namespace, not as root
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
@@ -85,6 +103,42 @@ def _loopback_up() -> None:
         fcntl.ioctl(s.fileno(), 0x8914, ifreq)  # SIOCSIFFLAGS
 
 
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _own_userns() -> None:
+    """(--userns) Enter a user namespace of the run's own as RUN_UID, and keep no capability
+    in it: the caps a new user namespace grants are dropped here, since no setuid() from root
+    will clear them. Called by the run's init once its namespaces and mounts are set up (they
+    stay owned by the zygote's namespace, out of the run's reach)."""
+    uid, gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(CLONE_NEWUSER), "unshare user")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{RUN_UID} {uid} 1")
+    _write("/proc/self/gid_map", f"{RUN_UID} {gid} 1")
+    _write("/proc/sys/user/max_user_namespaces", "0")   # none nested in the run's
+    for cap in range(64):
+        _libc.prctl(24, cap, 0, 0, 0)   # PR_CAPBSET_DROP
+    _libc.prctl(47, 4, 0, 0, 0)          # PR_CAP_AMBIENT_CLEAR_ALL
+    _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)()), "capset")
+    if os.getuid() != RUN_UID:
+        raise OSError("the run's user namespace has no uid map")
+
+
 def _init(req: dict, fds: list[int]) -> None:
     """The run's first process, pid 1 of its own pid namespace (forked by the zygote): join
     the run's cgroup, enter new namespaces, mount the run's view, fork the worker, wait for it
@@ -108,8 +162,15 @@ def _init(req: dict, fds: list[int]) -> None:
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={int(req['tmp_bytes'])},mode=1777")
         _umount(RUNS)   # the other runs' directories are gone from this namespace
-        _umount("/proc")
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        if USERNS:
+            # Mounted over the zygote's (the kernel lets a user namespace mount a proc only
+            # while one is fully visible); the zygote's /dev belongs to the host user: read-only
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            _mount(None, "/dev", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
+            _own_userns()
+        else:
+            _umount("/proc")
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         pid = os.fork()
         if pid == 0:
             _worker(req, stdio)
@@ -140,8 +201,8 @@ def _worker(req: dict, stdio: list[int]) -> None:
         os.chdir("/workspace")
         os.environ["HOME"] = "/workspace"
         os.environ["TMPDIR"] = "/tmp"
-        code = worker.run(req.get("limits") or {}, uid=int(req["uid"]), late_context=True,
-                          pdeathsig=False)
+        code = worker.run(req.get("limits") or {}, uid=None if USERNS else int(req["uid"]),
+                          late_context=True, pdeathsig=False)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001
@@ -176,8 +237,17 @@ def serve(sock: socket.socket) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
 
-    def send(msg: dict) -> None:
-        sock.send(json.dumps(msg).encode())
+    def send(msg: dict, pid: int | None = None) -> None:
+        data = json.dumps(msg).encode()
+        if pid is not None:   # see the module docstring: the host learns the run's pid
+            creds = struct.pack("3i", pid, os.getuid(), os.getgid())
+            try:
+                sock.sendmsg([json.dumps({**msg, "pid": True}).encode()],
+                               [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+                return
+            except OSError:
+                pass
+        sock.send(data)
 
     def reap() -> None:
         while True:
@@ -191,7 +261,7 @@ def serve(sock: socket.socket) -> int:
             if rid is not None:
                 send({"op": "exit", "id": rid, "status": _status(st)})
 
-    def spawn(msg: dict, fds: list[int]) -> str | None:
+    def spawn(msg: dict, fds: list[int]) -> int:
         # The next child is pid 1 of a new pid namespace; then back to ours, so that the one
         # after it gets a new namespace too.
         _check(_libc.unshare(CLONE_NEWPID), "unshare")
@@ -207,15 +277,16 @@ def serve(sock: socket.socket) -> int:
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             _init(msg, fds)
-        runs[child] = msg.get("id")
-        return None
+        rid = msg.get("id")
+        runs[child] = rid if isinstance(rid, int) else -1   # the host sends int ids
+        return child
 
     while True:
-        ready, _, _ = select.select([sock, wake_r], [], [])
+        ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in ready:
             os.read(wake_r, 4096)
         reap()
-        if sock not in ready:
+        if sock.fileno() not in ready:
             continue
         try:
             msg, fds = _recv(sock)
@@ -226,11 +297,10 @@ def serve(sock: socket.socket) -> int:
         op = msg.get("op")
         if op == "spawn":
             try:
-                spawn(msg, fds)
-                reply = {"op": "spawned", "id": msg.get("id")}
+                child = spawn(msg, fds)
+                send({"op": "spawned", "id": msg.get("id")}, child)
             except OSError as exc:
-                reply = {"op": "spawned", "id": msg.get("id"), "error": str(exc)}
-            send(reply)
+                send({"op": "spawned", "id": msg.get("id"), "error": str(exc)})
         elif op == "kill":
             for pid, rid in runs.items():
                 if rid == msg.get("id"):
@@ -245,7 +315,11 @@ def serve(sock: socket.socket) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="zygote.py")
     ap.add_argument("--control-fd", type=int, required=True)
+    ap.add_argument("--userns", action="store_true",
+                    help="not root: in a user namespace; each run gets one of its own")
     args = ap.parse_args(argv)
+    global USERNS
+    USERNS = args.userns
     sock = socket.socket(fileno=args.control_fd)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     # Everything imported so far is shared by the forks: keep the collector from touching (and
