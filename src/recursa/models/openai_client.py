@@ -353,7 +353,8 @@ class OpenAIClient:
         if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise EmptyResponseError(f"{self._where} returned no text (no choices)")
         choice = choices[0]
-        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        raw_message = choice.get("message")
+        message: dict[str, Any] = raw_message if isinstance(raw_message, dict) else {}
         content = message.get("content")
         if isinstance(content, list):   # content parts, as a few servers send
             content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
