@@ -15,7 +15,7 @@ import anthropic
 from ..images import anthropic_content, has_images
 from ..types import Completion, Message, ModelError, Usage
 from .pricing import cost_usd
-from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
+from .retry import EmptyResponseError, HostedClientState, model_error_from_sdk, with_retries
 from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
@@ -97,7 +97,7 @@ def add_cache_breakpoints(system: str | None, turns: list[dict[str, Any]]
     return sys_blocks, out
 
 
-class AnthropicClient:
+class AnthropicClient(HostedClientState):
     """Same contract and retry policy as OpenAIClient. `max_tokens` defaults to
     `default_max_tokens` (the API requires one). Usage: input_tokens counts fresh + cache-read +
     cache-write tokens; cached_tokens the cache reads (`.cache_write_tokens` totals the writes).
@@ -121,14 +121,10 @@ class AnthropicClient:
                 raise ValueError(f"{self.name}: no API key (set ANTHROPIC_API_KEY or pass api_key=)")
             api_key = "EMPTY"
         self.base_url = base_url or "https://api.anthropic.com"
-        self.policy = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay,
-                                  max_delay=retry_max_delay)
-        self.stats = RetryStats()
-        self.timeout = timeout
+        self._init_state(max_retries=max_retries, retry_base_delay=retry_base_delay,
+                         retry_max_delay=retry_max_delay, timeout=timeout, prices=prices,
+                         default_options=default_options)
         self.default_max_tokens = default_max_tokens
-        self.prices = prices
-        self.default_options = dict(default_options or {})
-        self._warned: set[str] = set()
         if http_client is None:   # share one TLS context: see tls.py
             from .tls import shared_ssl_context
             http_client = anthropic.DefaultAsyncHttpxClient(verify=shared_ssl_context())
@@ -187,12 +183,7 @@ class AnthropicClient:
                 resp = await self._client.messages.create(**kw)
             except Exception as e:
                 raise model_error_from_sdk(e, anthropic, where=self._where) from e
-            text = "".join(getattr(b, "text", "") for b in (resp.content or [])
-                           if getattr(b, "type", None) == "text")
-            if not text.strip():
-                raise EmptyResponseError(
-                    f"{self._where} returned no text (stop_reason={resp.stop_reason})")
-            return resp, text
+            return resp, self._text_of(resp)
 
         resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
         return self._completion(resp, text, t0)
@@ -224,15 +215,19 @@ class AnthropicClient:
                 raise err from e
             if resp.stop_reason is None:   # no message_delta: the stream ended early
                 raise StreamCut(self._where, pieces.chars, "it ended with no stop_reason")
-            text = "".join(getattr(b, "text", "") for b in (resp.content or [])
-                           if getattr(b, "type", None) == "text")
-            if not text.strip():
-                raise EmptyResponseError(
-                    f"{self._where} returned no text (stop_reason={resp.stop_reason})")
-            return resp, text
+            return resp, self._text_of(resp)
 
         resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
         return self._completion(resp, text, t0)
+
+    def _text_of(self, resp: Any) -> str:
+        """The reply's text blocks joined; an empty reply is a (retryable once) error."""
+        text = "".join(getattr(b, "text", "") for b in (resp.content or [])
+                       if getattr(b, "type", None) == "text")
+        if not text.strip():
+            raise EmptyResponseError(
+                f"{self._where} returned no text (stop_reason={resp.stop_reason})")
+        return text
 
     def _completion(self, resp: Any, text: str, t0: float) -> Completion:
         u = resp.usage

@@ -20,8 +20,7 @@ from .pricing import cost_usd
 from .retry import (
     RETRYABLE_STATUSES,
     EmptyResponseError,
-    RetryPolicy,
-    RetryStats,
+    HostedClientState,
     parse_retry_after,
     with_retries,
 )
@@ -63,7 +62,7 @@ def gemini_contents(messages: list[Message]) -> tuple[str | None, list[dict[str,
     return ("\n\n".join(system) or None), contents
 
 
-class GeminiClient:
+class GeminiClient(HostedClientState):
     """Same contract and retry policy as OpenAIClient (the SDK's own retries stay off).
 
     API key: `api_key=`, else GOOGLE_API_KEY, else GEMINI_API_KEY (the SDK's order). `base_url` points the SDK
@@ -90,13 +89,9 @@ class GeminiClient:
             raise ValueError(f"{self.name}: no API key (set GEMINI_API_KEY or GOOGLE_API_KEY, "
                              "or pass api_key=)")
         self.base_url = base_url or "https://generativelanguage.googleapis.com"
-        self.policy = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay,
-                                  max_delay=retry_max_delay)
-        self.stats = RetryStats()
-        self.timeout = timeout
-        self.prices = prices
-        self.default_options = dict(default_options or {})
-        self._warned: set[str] = set()
+        self._init_state(max_retries=max_retries, retry_base_delay=retry_base_delay,
+                         retry_max_delay=retry_max_delay, timeout=timeout, prices=prices,
+                         default_options=default_options)
         self._types = types
         self._errors = errors
         # attempts=1: no SDK retries, including the implicit 1-10 s sleep-and-retry its aiohttp

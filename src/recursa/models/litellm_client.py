@@ -19,7 +19,7 @@ from typing import Any
 from ..extras import MissingExtra
 from ..types import Completion, Message, ModelError, Usage
 from .pricing import cost_usd
-from .retry import EmptyResponseError, RetryPolicy, RetryStats, model_error_from_sdk, with_retries
+from .retry import EmptyResponseError, HostedClientState, model_error_from_sdk, with_retries
 from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
@@ -41,7 +41,7 @@ def _import_litellm(name: str) -> Any:
     return litellm
 
 
-class LiteLLMClient:
+class LiteLLMClient(HostedClientState):
     """`model` is LiteLLM's `provider/model` string. Credentials are whatever LiteLLM reads for
     that provider (its own env variables), or `api_key=`; `base_url=` becomes `api_base`.
 
@@ -69,13 +69,9 @@ class LiteLLMClient:
         self.name = name or f"litellm:{model}"
         self.base_url = base_url
         self._api_key = api_key
-        self.policy = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay,
-                                  max_delay=retry_max_delay)
-        self.stats = RetryStats()
-        self.timeout = timeout
-        self.prices = prices
-        self.default_options = dict(default_options or {})
-        self._warned: set[str] = set()
+        self._init_state(max_retries=max_retries, retry_base_delay=retry_base_delay,
+                         retry_max_delay=retry_max_delay, timeout=timeout, prices=prices,
+                         default_options=default_options)
         self._litellm: Any = None
 
     def __repr__(self) -> str:  # never show the key

@@ -28,8 +28,7 @@ from .pricing import cost_usd, estimate_usd
 from .retry import (
     RETRYABLE_STATUSES,
     EmptyResponseError,
-    RetryPolicy,
-    RetryStats,
+    HostedClientState,
     model_error_from_sdk,
     parse_retry_after,
     with_retries,
@@ -51,7 +50,7 @@ _PASSTHROUGH = ("top_p", "seed", "reasoning_effort", "response_format", "presenc
 _REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
 
 
-class OpenAIClient:
+class OpenAIClient(HostedClientState):
     """`complete(messages, max_tokens=, temperature=, stop=, timeout=, extra_body=, ...)`.
 
     Retries (ours, counted in `.stats`): 429 / 408 / 409 / 5xx / timeouts / connection errors /
@@ -92,13 +91,9 @@ class OpenAIClient:
         self.max_tokens_param = max_tokens_param or (
             "max_completion_tokens" if hosted_openai else "max_tokens")
         self._drop_temperature = hosted_openai and bool(_REASONING_MODEL.match(model))
-        self.policy = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay,
-                                  max_delay=retry_max_delay)
-        self.stats = RetryStats()
-        self.timeout = timeout
-        self.prices = prices
-        self.default_options = dict(default_options or {})
-        self._warned: set[str] = set()
+        self._init_state(max_retries=max_retries, retry_base_delay=retry_base_delay,
+                         retry_max_delay=retry_max_delay, timeout=timeout, prices=prices,
+                         default_options=default_options)
         self._client: Any = None    # an SDK client: only AzureOpenAIClient sets one
         self._url = self.base_url.rstrip("/") + "/chat/completions"
         # Keep-alive connections up to `max_connections` (keep it at or above the run's

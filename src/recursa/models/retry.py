@@ -44,6 +44,28 @@ class RetryPolicy:
     max_empty_retries: int = 1
 
 
+class HostedClientState:
+    """The state every hosted client keeps the same way: retry policy and counters, timeout,
+    prices, default options and the set of warnings already logged."""
+
+    policy: RetryPolicy
+    stats: RetryStats
+    timeout: float
+    prices: Any
+    default_options: dict[str, Any]
+    _warned: set[str]
+
+    def _init_state(self, *, max_retries: int, retry_base_delay: float, retry_max_delay: float,
+                    timeout: float, prices: Any, default_options: dict[str, Any] | None) -> None:
+        self.policy = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay,
+                                  max_delay=retry_max_delay)
+        self.stats = RetryStats()
+        self.timeout = timeout
+        self.prices = prices
+        self.default_options = dict(default_options or {})
+        self._warned = set()
+
+
 @dataclass
 class RetryStats:
     """Counters a client exposes as `.stats` (tests and benchmarks read them)."""
