@@ -304,3 +304,18 @@ def test_a_request_does_not_import_the_openai_sdk() -> None:
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["echo: x", "False"]
+
+
+async def test_the_pool_leases_the_least_busy_shard_and_reuses_the_first_when_idle():
+    from recursa.models.httppool import LoopPool
+    pool = LoopPool(max_connections=40, tls=False, trust_env=False)   # 3 shards of 14
+    async with pool.lease() as a:
+        pass
+    async with pool.lease() as b:
+        pass
+    assert a is b                        # one request after another: one shard, one connection
+    async with pool.lease() as c, pool.lease() as d, pool.lease() as e:
+        assert len({id(c), id(d), id(e)}) == 3     # requests at once spread over the shards
+        assert pool._busy == [1, 1, 1]
+    assert pool._busy == [0, 0, 0]
+    await pool.aclose()

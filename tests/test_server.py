@@ -661,8 +661,8 @@ def test_full_chain_through_a_real_upstream_http_model(monkeypatch: pytest.Monke
             # connection served all six requests (they came one after another).
             shared = list(cfg.shared_clients.values())
             assert len(shared) == 1
-            http = shared[0]._http._client          # the httpx pool of the server's loop
-            assert http is not None and len(http._transport._pool.connections) == 1
+            pools = shared[0]._http._clients        # the httpx pool shards of the server's loop
+            assert sum(len(c._transport._pool.connections) for c in pools) == 1
         assert resp.choices[0].message.content == "upstream says: a short summary"
         assert up.request_count == 6                      # a root turn and a sub-call each
         auth = {h.get("authorization") for h in up.headers}

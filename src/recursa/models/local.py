@@ -116,9 +116,6 @@ class LocalClient:
         """Fetch, build and start now (otherwise the first `complete` does it)."""
         return await asyncio.to_thread(self._ensure_server)
 
-    def _client(self) -> httpx.AsyncClient:
-        return self._http.get()
-
     def _died(self, srv: llama_server.LlamaServer) -> ModelError | None:
         why = srv.death()
         if why is None:
@@ -160,9 +157,10 @@ class LocalClient:
         srv = await asyncio.to_thread(self._ensure_server)
         t0 = time.perf_counter()
         try:
-            r = await self._client().post(
-                srv.base_url + "/v1/chat/completions", json=body,
-                headers={"Authorization": f"Bearer {srv.token}"}, timeout=timeout)
+            async with self._http.lease() as http:
+                r = await http.post(
+                    srv.base_url + "/v1/chat/completions", json=body,
+                    headers={"Authorization": f"Bearer {srv.token}"}, timeout=timeout)
         except httpx.TimeoutException as e:
             raise ModelError(f"{self.name}: no reply within {timeout} s", retryable=True) from e
         except httpx.TransportError as e:
@@ -201,7 +199,7 @@ class LocalClient:
         timings: dict[str, Any] = {}
         finish: str | None = None
         try:
-            async with asyncio.timeout(timeout), self._client().stream(
+            async with asyncio.timeout(timeout), self._http.lease() as http, http.stream(
                     "POST", srv.base_url + "/v1/chat/completions", json=body,
                     headers={"Authorization": f"Bearer {srv.token}"}, timeout=None) as r:
                 if r.status_code != 200:

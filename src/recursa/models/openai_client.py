@@ -251,7 +251,7 @@ class OpenAIClient(HostedClientState):
                 self._take_chunk(chunk, pieces, state)
 
         try:
-            async with asyncio.timeout(total), self._http.get().stream(
+            async with asyncio.timeout(total), self._http.lease() as http, http.stream(
                     "POST", self._url, content=body, headers=headers, params=query) as r:
                 if not 200 <= r.status_code < 300:
                     raw = await r.aread()
@@ -296,9 +296,9 @@ class OpenAIClient(HostedClientState):
     async def _post(self, kw: dict[str, Any]) -> dict[str, Any]:
         body, headers, query = self._http_args(kw)
         try:
-            async with asyncio.timeout(float(kw["timeout"])):   # the whole exchange
-                r = await self._http.get().post(self._url, content=body, headers=headers,
-                                                params=query)
+            async with asyncio.timeout(float(kw["timeout"])), \
+                    self._http.lease() as http:          # the whole exchange
+                r = await http.post(self._url, content=body, headers=headers, params=query)
         except (TimeoutError, httpx.RequestError) as e:
             raise self._transport_error(e) from e
         raw = r.content
