@@ -168,10 +168,7 @@ class AnthropicClient(HostedClientState):
                 opts.pop(key, None)
         if extra_body:
             kw["extra_body"] = extra_body
-        for key in opts:
-            if key not in self._warned:
-                self._warned.add(key)
-                log.warning("%s: ignoring unknown option %r", self.name, key)
+        self._warn_unknown(opts)
         return kw
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion:

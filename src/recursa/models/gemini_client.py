@@ -124,10 +124,7 @@ class GeminiClient(HostedClientState):
                 cfg[field or key] = int(value) if key == "max_tokens" else value
         if system:
             cfg["system_instruction"] = system
-        for key in opts:
-            if key not in self._warned:
-                self._warned.add(key)
-                log.warning("%s: ignoring unknown option %r", self.name, key)
+        self._warn_unknown(opts)
         return self._types.GenerateContentConfig(**cfg)
 
     def _error(self, e: BaseException) -> ModelError:

@@ -94,10 +94,7 @@ class LiteLLMClient(HostedClientState):
             value = opts.pop(key, None)
             if value is not None:
                 kw[key] = value
-        for key in opts:
-            if key not in self._warned:
-                self._warned.add(key)
-                log.warning("%s: ignoring unknown option %r", self.name, key)
+        self._warn_unknown(opts)
         return kw
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion:

@@ -141,10 +141,7 @@ class OpenAIClient(HostedClientState):
         for key in _PASSTHROUGH:
             if key in opts:
                 kw[key] = opts.pop(key)
-        for key in opts:
-            if key not in self._warned:
-                self._warned.add(key)
-                log.warning("%s: ignoring unknown option %r", self.name, key)
+        self._warn_unknown(opts)
         return kw
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion:

@@ -48,6 +48,7 @@ class HostedClientState:
     """The state every hosted client keeps the same way: retry policy and counters, timeout,
     prices, default options and the set of warnings already logged."""
 
+    name: str
     policy: RetryPolicy
     stats: RetryStats
     timeout: float
@@ -64,6 +65,13 @@ class HostedClientState:
         self.prices = prices
         self.default_options = dict(default_options or {})
         self._warned = set()
+
+    def _warn_unknown(self, options: Any) -> None:
+        """Log each option this client does not send, once per client."""
+        for key in options:
+            if key not in self._warned:
+                self._warned.add(key)
+                log.warning("%s: ignoring unknown option %r", self.name, key)
 
 
 @dataclass
