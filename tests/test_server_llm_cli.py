@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
+
+from serve_process import recursa_serve
 
 pytestmark = pytest.mark.slow
 
@@ -28,12 +27,6 @@ def llm_binary() -> str | None:
         or shutil.which("llm")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """`recursa serve` (the real command) with the test-only scripted model."""
@@ -41,32 +34,9 @@ def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     script.write_text(json.dumps({"cycle": [
         "```repl\nprint('looking')\n```",
         "```repl\nFINAL('context has ' + str(len(context)) + ' chars')\n```"]}))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "recursa.cli", "serve", "--model", f"replay-file:{script}",
-         "--sandbox", "inprocess", "--port", str(port), "--api-key", KEY,
-         "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, "recursa serve did not start"
-            time.sleep(0.1)
+    with recursa_serve("--model", f"replay-file:{script}", "--sandbox", "inprocess",
+                       "--api-key", KEY, "--log-level", "warning", start_timeout=20) as (base, _):
         yield base, tmp_path
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def run_llm(home: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

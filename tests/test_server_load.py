@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from serve_process import recursa_serve
+
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.slow
@@ -32,51 +25,32 @@ def test_waves_of_concurrent_requests_on_local_sandboxes_are_all_answered(tmp_pa
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert upstream.stdout is not None
     upstream_url = json.loads(upstream.stdout.readline())["base_url"]
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "recursa.cli", "serve", "--model", "openai:scripted",
-         "--base-url", upstream_url,
-         "--sandbox", "local", "--port", str(port), "--max-runs", "64", "--allow-no-auth",
-         "--log-level", "warning"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+        with recursa_serve("--model", "openai:scripted", "--base-url", upstream_url,
+                           "--sandbox", "local", "--max-runs", "64", "--allow-no-auth",
+                           "--log-level", "warning") as (base, proc):
+            results = asyncio.run(waves(base))
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, "recursa serve did not start"
-            time.sleep(0.1)
-
-        async def waves() -> list[list[int | str]]:
-            async with httpx.AsyncClient(base_url=base + "/v1", timeout=120) as http:
-                async def one(w: int, k: int) -> int | str:
-                    body = {"model": "recursa", "context": "x" * 2000, "messages": [
-                        {"role": "user", "content": f"ROOTQ-tag-{k}: which run is this?"}]}
-                    try:
-                        r = await http.post("/chat/completions", json=body)
-                    except httpx.HTTPError as e:
-                        return repr(e)
-                    if r.status_code != 200:
-                        return r.status_code
-                    return 1 if r.json()["choices"][0]["message"]["content"].strip() == \
-                        f"run-{k}" else r.text[:200]
-                return [await asyncio.gather(*(one(w, k) for k in range(64)))
-                        for w in range(3)]
-        results = asyncio.run(waves())
-        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-        assert all(r == 1 for wave in results for r in wave), results
     finally:
         assert upstream.stdin is not None
         upstream.stdin.close()
         upstream.wait(10)
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    assert all(r == 1 for wave in results for r in wave), results
+
+
+async def waves(base: str) -> list[list[int | str]]:
+    """Three waves of 64 requests at once; 1 for each right answer, else what came back."""
+    async with httpx.AsyncClient(base_url=base + "/v1", timeout=120) as http:
+        async def one(w: int, k: int) -> int | str:
+            body = {"model": "recursa", "context": "x" * 2000, "messages": [
+                {"role": "user", "content": f"ROOTQ-tag-{k}: which run is this?"}]}
+            try:
+                r = await http.post("/chat/completions", json=body)
+            except httpx.HTTPError as e:
+                return repr(e)
+            if r.status_code != 200:
+                return r.status_code
+            return 1 if r.json()["choices"][0]["message"]["content"].strip() == \
+                f"run-{k}" else r.text[:200]
+        return [await asyncio.gather(*(one(w, k) for k in range(64)))
+                for w in range(3)]
