@@ -13,7 +13,8 @@ import pytest
 
 from openai_testserver import Fault, OpenAITestServer
 from recursa import RLM
-from recursa.console import ConsoleView, JsonLinesView
+from recursa.console import ConsoleView
+from recursa.jsonl_view import JsonLinesView
 from recursa.models.anthropic_client import AnthropicClient
 from recursa.models.cache import CachedClient, ResponseCache
 from recursa.models.openai_client import OpenAIClient

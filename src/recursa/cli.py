@@ -8,18 +8,17 @@ JSON) is the only thing on stdout; progress, the summary and errors go to stderr
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
+from typing import TYPE_CHECKING, Any
 
 from recursa.options import OptionError, RLMOptions, plain_error
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)   # errors stay one line
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # exit statuses of `recursa run` (one table in docs/cli.md)
 EXIT_FINAL = 0        # the model confirmed its answer
@@ -30,6 +29,20 @@ EXIT_LIMIT = 4        # a hard limit (tokens, cost, sub-calls, time) stopped the
 EXIT_INTERRUPTED = 130
 EXIT_CODES = {"final": EXIT_FINAL, "error": EXIT_ERROR, "extracted": EXIT_EXTRACTED,
               "limit": EXIT_LIMIT}
+
+
+@functools.cache
+def stderr_console() -> Console:
+    """The console for notes and errors on stderr (errors stay one line). Made on first use:
+    `run -q`, `--json` and `--events jsonl` print no rich text and so never import rich."""
+    from rich.console import Console
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def escape(text: str) -> str:
+    """`text` with rich markup made literal."""
+    from rich.markup import escape as rich_escape
+    return rich_escape(text)
 
 
 def add_model_options(p: argparse.ArgumentParser, **kw: Any) -> None:
@@ -63,19 +76,19 @@ class Notices:
         if self.jsonl:
             self._json("notice", message=message)
         elif not self.quiet:
-            err.print(f"[dim]{escape(message)}[/]")
+            stderr_console().print(f"[dim]{escape(message)}[/]")
 
     def warn(self, message: str) -> None:
         if self.jsonl:
             self._json("notice", level="warning", message=message)
         elif not self.quiet:
-            err.print(f"[yellow]{escape(message)}[/]")
+            stderr_console().print(f"[yellow]{escape(message)}[/]")
 
     def error(self, message: str) -> None:
         if self.jsonl:
             self._json("error", message=message)
         else:
-            err.print(f"[red]error:[/] {escape(message)}")
+            stderr_console().print(f"[red]error:[/] {escape(message)}")
 
 
 class _JsonLogFormatter(logging.Formatter):
@@ -136,11 +149,12 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         output = read_schema(a.schema)
         from recursa.preflight import check_options
         check_options(opts, say=notes.info)
-        from recursa.console import ConsoleView, JsonLinesView
         if a.events == "jsonl":
+            from recursa.jsonl_view import JsonLinesView
             view = JsonLinesView()
         elif not a.quiet:
-            view = ConsoleView(err, budget=opts.limits())
+            from recursa.console import ConsoleView
+            view = ConsoleView(stderr_console(), budget=opts.limits())
         rlm = opts.build(trace_path=trace, trace_dir=None if trace else a.trace_dir,
                          sinks=[view] if view else None, preflight=False)
     except (RecursaError, ValueError, TypeError, OSError) as e:
@@ -166,11 +180,11 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
     if not a.quiet and a.events != "jsonl":
         cost = "unknown" if res.cost_usd is None else f"${res.cost_usd:.4f}"
         tokens = sum(u.usage.total_tokens for u in res.usage.values())
-        err.print(f"[dim]status {res.status}  turns {res.turns}  sub-calls {res.subcalls}  "
+        stderr_console().print(f"[dim]status {res.status}  turns {res.turns}  sub-calls {res.subcalls}  "
                   f"tokens {tokens:,}  cost {cost}  {res.elapsed_s:.1f}s"
                   + (f"  trace {escape(res.trace_path)}" if res.trace_path else "") + "[/]")
         if res.status == "limit":
-            err.print(f"[yellow]stopped at limit {res.limit}; answer extracted at the end[/]")
+            stderr_console().print(f"[yellow]stopped at limit {res.limit}; answer extracted at the end[/]")
     if res.status == "error":
         notes.error(f"run failed: {res.error}")
     if output is not None and res.parsed is None:
@@ -204,12 +218,12 @@ def cmd_models(a: argparse.Namespace) -> int:
             print(f"{name:24s} {state:12s} {getattr(entry, 'description', '')}")
         return 0
     if not a.name:
-        err.print("[red]error:[/] name the model to fetch: " + ", ".join(fetch_mod.REGISTRY))
+        stderr_console().print("[red]error:[/] name the model to fetch: " + ", ".join(fetch_mod.REGISTRY))
         return 2
     try:
-        path = fetch_mod.fetch_model(a.name, progress=lambda m: err.print(f"[dim]{m}[/]"))
+        path = fetch_mod.fetch_model(a.name, progress=lambda m: stderr_console().print(f"[dim]{m}[/]"))
     except Exception as e:
-        err.print(f"[red]error:[/] {escape(str(e))}")
+        stderr_console().print(f"[red]error:[/] {escape(str(e))}")
         return 1
     print(path)
     return 0
@@ -293,6 +307,9 @@ def _extensions() -> list[Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:   # the process's entry point, which owns its imports (not a test's call)
+        from recursa.lean_imports import COMMAND_UNUSED, import_httpx
+        import_httpx(COMMAND_UNUSED)
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     return int(args.fn(args) or 0)

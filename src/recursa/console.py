@@ -1,11 +1,11 @@
-"""Live, compact terminal view of a run (rich, on stderr), and a JSON-lines event printer."""
+"""Live, compact terminal view of a run (rich, on stderr). The JSON-lines printer for scripts is
+recursa.jsonl_view, which does not import rich."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -131,24 +131,3 @@ class ConsoleView:
         if self._live:
             self._live.stop()
             self._live = None
-
-
-class JsonLinesView:
-    """Prints every event as one JSON line (for scripts), `delta` events included: the root's
-    reply as it is written (`data.text` placed at `data.offset`; offset 0 again restarts it)."""
-
-    wants_deltas = True
-
-    def __init__(self, stream: TextIO | None = None):
-        from recursa.trace import Redactor
-        self.stream = stream or sys.stderr
-        self._lock = threading.Lock()
-        self._redact = Redactor()     # stderr is often captured in logs: no secrets there either
-
-    def emit(self, ev: Event) -> None:
-        with self._lock:
-            self.stream.write(self._redact(ev.model_dump_json()) + "\n")
-            self.stream.flush()
-
-    def close(self) -> None:
-        pass

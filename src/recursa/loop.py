@@ -436,6 +436,10 @@ class _Run:
         # The worker starts while the root model writes its first reply: with a real model the
         # sandbox's start-up (a process, bubblewrap, the context load) costs no wall time.
         self.starting = asyncio.create_task(self.sandbox.start(prep.payload, handler))
+        # Let the start get its process going before this task's first model call, whose first
+        # use of the HTTP stack imports it (~0.1 s): a local sandbox then boots on another core
+        # meanwhile instead of after the request (benchmarks/bench_startup.py).
+        await asyncio.sleep(0)
         self.messages = _first_messages(env, self.query, prep.description, self.output,
                                         env.preface if self.depth == 0 else None)
         st.first_user = self.messages[1]["content"]

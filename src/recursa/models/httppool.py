@@ -22,7 +22,7 @@ import os
 import ssl
 from collections.abc import AsyncIterator, Mapping
 
-import httpx
+from recursa.models._http import httpx
 
 SHARD = 16     # connections per httpx client
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+from recursa.models._http import httpx
 
 from ..images import has_images
 from ..types import Completion, Message, ModelError, Usage

@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
+from recursa.models._http import httpx
 
 from ..types import Completion, Message, ModelError, Usage
 from .httppool import LoopPool

@@ -22,7 +22,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from recursa.sandbox.local import WORKER_PATH
+from recursa.sandbox.protocol import WORKER_PATH
 from recursa.sandbox.session import _error_value
 from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
 

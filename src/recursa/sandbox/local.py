@@ -72,6 +72,7 @@ from typing import Any, Literal
 
 from recursa.images import pillow_site
 from recursa.sandbox.forkserver import ZygoteTransport, zygote_host
+from recursa.sandbox.protocol import WORKER_PATH
 from recursa.sandbox.session import WorkerSession
 from recursa.sandbox.transport import (
     AdoptedTransport,
@@ -86,7 +87,6 @@ from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
 
 log = logging.getLogger("recursa.sandbox")
 
-WORKER_PATH = Path(__file__).with_name("worker.py")
 ZYGOTE_PATH = Path(__file__).with_name("zygote.py")
 _IN = "/recursa"  # where the sandbox sees our files under bwrap
 _CTX_DIR = f"{_IN}/ctx"  # the worker's private context directory, read-only

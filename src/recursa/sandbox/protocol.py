@@ -40,8 +40,10 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 from typing import Any
 
+WORKER_PATH = Path(__file__).with_name("worker.py")   # the program at the other end
 HEADER = struct.Struct(">I")
 MAX_FRAME = 512 * 1024 * 1024  # a worker sending more than this is treated as broken
 

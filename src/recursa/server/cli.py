@@ -20,7 +20,8 @@ DEFAULT_MAX_SECONDS = 900.0   # a server should not let one request run forever
 def _missing_extra(e: ImportError, command: str) -> int:
     from rich.markup import escape
 
-    from recursa.cli import err
+    from recursa.cli import stderr_console
+    err = stderr_console()
     from recursa.extras import MissingExtra
     msg = str(e) if isinstance(e, MissingExtra) else str(
         MissingExtra("serve", f"recursa {command}", module=e.name or None))
@@ -42,7 +43,8 @@ def _is_loopback(host: str) -> bool:
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
-    from recursa.cli import err
+    from recursa.cli import stderr_console
+    err = stderr_console()
     from recursa.options import RLMOptions
     from recursa.options import plain_error as plain
     from recursa.preflight import check_options

@@ -31,13 +31,13 @@ from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
 from recursa.extras import MissingExtra
+from recursa.sandbox.protocol import WORKER_PATH
 from recursa.sandbox.session import WorkerSession
 from recursa.sandbox.transport import Transport, describe_exit
 from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
 
 log = logging.getLogger("recursa.sandbox")
 
-WORKER_PATH = Path(__file__).resolve().parent.parent / "worker.py"
 SUPERVISOR_PATH = Path(__file__).resolve().with_name("supervisor.py")
 MAX_LINE = 4 * 1024 * 1024       # a text-framed line longer than this is a broken stream
 CHUNK = 512 * 1024               # raw bytes per W: line (SDK request bodies stay small)
