@@ -308,7 +308,7 @@ def test_a_request_does_not_import_the_openai_sdk() -> None:
 
 async def test_the_pool_leases_the_least_busy_shard_and_reuses_the_first_when_idle():
     from recursa.models.httppool import LoopPool
-    pool = LoopPool(max_connections=40, tls=False, trust_env=False)   # 3 shards of 14
+    pool = LoopPool(max_connections=40, tls=False, trust_env=False)   # up to 5 shards of 8
     async with pool.lease() as a:
         pass
     async with pool.lease() as b:

@@ -8,10 +8,13 @@ kept up to `max_connections`, so a batch at the client's concurrency reuses its 
 TLS uses the process's shared context (tls.py), loaded only when the URL is https.
 
 The pool is split into shards of at most SHARD connections; `lease()` hands out the least busy
-(the first on a tie, so requests one after another keep reusing one connection). httpcore checks
-every pooled connection each time it assigns a request (encode/httpcore#1035), so one pool of 80
-busy connections costs ~80x per request what a pool of a few does. Measured: an 80-wide batch
-was +26-34 % over a raw client with one pool (benchmarks/run_all.py --only batch).
+(the first on a tie, so requests one after another keep reusing one connection), and makes a
+new shard only when every shard has a request in flight. httpcore checks every pooled connection
+each time it assigns a request or a response ends, and each idle one twice over
+(encode/httpcore#1035), so one pool of 80 busy connections costs ~80x per request what a pool of
+a few does. Measured: an 80-wide batch was +26-34 % over a raw client with one pool
+(benchmarks/run_all.py --only batch). Shards are made on demand because a client costs
+~0.1-0.3 ms to make: a run's first request makes one, not all of them.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from collections.abc import AsyncIterator, Mapping
 
 from recursa.models._http import httpx
 
-SHARD = 16     # connections per httpx client
+SHARD = 8      # connections per httpx client
 
 
 class LoopPool:
@@ -47,48 +50,64 @@ class LoopPool:
         self._clients: list[httpx.AsyncClient] = []
         self._busy: list[int] = []        # requests in flight per shard
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._verify: ssl.SSLContext | None = None
+        self._shards = -(-max_connections // SHARD)
+        size = -(-max_connections // self._shards)
+        self._limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[httpx.AsyncClient]:
         """The least busy shard's client for one request (or stream), counted while in use."""
-        client = self.get()
         if self._given is not None:
-            yield client
+            yield self._given
             return
-        i = self._clients.index(client)
-        self._busy[i] += 1
+        i = self._pick()
+        client = self._clients[i]
+        busy = self._busy
+        busy[i] += 1
         try:
             yield client
         finally:
-            if i < len(self._busy) and self._clients and self._clients[i] is client:
-                self._busy[i] -= 1
+            # the pool may have been closed or remade (another loop) meanwhile
+            if busy is self._busy:
+                busy[i] -= 1
 
     def get(self) -> httpx.AsyncClient:
         """This loop's least busy client (made on first use in the loop)."""
         if self._given is not None:
             return self._given
+        return self._clients[self._pick()]
+
+    def _pick(self) -> int:
+        """Index of the shard for the next request: the least busy, the first on a tie; a new
+        one when all are busy and there is room."""
         loop = asyncio.get_running_loop()
         if not self._clients or self._loop is not loop or self._clients[0].is_closed:
-            verify: ssl.SSLContext | bool = False   # plain http: no CA bundle to load
-            if self.tls or (self.trust_env and _https_proxy_in_env()):
-                from .tls import shared_ssl_context
-                verify = shared_ssl_context()
-            shards = -(-self.max_connections // SHARD)
-            size = -(-self.max_connections // shards)
-            limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-            self._clients = [httpx.AsyncClient(limits=limits, timeout=None, verify=verify,
-                                               trust_env=self.trust_env, headers=self.headers)
-                             for _ in range(shards)]
-            self._busy = [0] * shards
-            self._loop = loop
-        return self._clients[self._busy.index(min(self._busy))]
+            self._clients, self._busy, self._loop = [], [], loop
+            self._verify = None
+        busy = self._busy
+        low = min(busy) if busy else 1
+        if low and len(busy) < self._shards:
+            self._clients.append(self._new_client())
+            busy.append(0)
+            return len(busy) - 1
+        return busy.index(low)
+
+    def _new_client(self) -> httpx.AsyncClient:
+        if self._verify is None:
+            from . import tls
+            # plain http: no CA bundle to load (but an https proxy is checked as usual)
+            https = self.tls or (self.trust_env and _https_proxy_in_env())
+            self._verify = tls.shared_ssl_context() if https else tls.plain_http_context()
+        return httpx.AsyncClient(limits=self._limits, timeout=None, verify=self._verify,
+                                 trust_env=self.trust_env, headers=self.headers)
 
     async def aclose(self) -> None:
-        """Close this loop's pool (a pool of a loop that has ended has nothing left to close)."""
+        """Close this loop's pool (a pool of a loop that has ended has nothing left to close).
+        The shards close at once: each waits a loop turn per connection it closes."""
         clients, self._clients, self._busy = self._clients, [], []
         if clients and self._loop is asyncio.get_running_loop():
-            for client in clients:
-                await client.aclose()
+            await asyncio.gather(*(c.aclose() for c in clients))
         if self._given is not None:
             await self._given.aclose()
 

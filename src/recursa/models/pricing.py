@@ -85,11 +85,14 @@ def normalize_model_name(model: str) -> str:
     return name.replace(".", "-")
 
 
-def _table() -> dict[str, Price]:
-    with _lock:
-        merged = {normalize_model_name(k): v for k, v in _BUILTIN.items()}
-        merged.update(_registered)
-    return merged
+_BUILTIN_BY_KEY: dict[str, Price] = {normalize_model_name(k): v for k, v in _BUILTIN.items()}
+
+
+def _lookup(key: str) -> Price | None:
+    """Registered prices win over the built-in table. No merged copy per call: a batch looks
+    a price up twice per sub-call (the reservation and the settlement)."""
+    p = _registered.get(key)
+    return p if p is not None else _BUILTIN_BY_KEY.get(key)
 
 
 def register_price(model: str, *, input: float, output: float,  # noqa: A002 - mirrors Price
@@ -115,7 +118,7 @@ def price_for(model: str, overrides: Mapping[str, object] | None = None) -> Pric
         for name, p in overrides.items():
             if normalize_model_name(name) == key:
                 return _coerce(p)  # type: ignore[arg-type]
-    return _table().get(key)
+    return _lookup(key)
 
 
 def cost_usd(model: str, usage: Usage, *, cache_write_tokens: int = 0,

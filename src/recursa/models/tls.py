@@ -20,3 +20,14 @@ def shared_ssl_context() -> ssl.SSLContext:
         import certifi  # what httpx trusts by default
         cafile = certifi.where()
     return ssl.create_default_context(cafile=cafile, capath=capath)
+
+
+@functools.cache
+def plain_http_context() -> ssl.SSLContext:
+    """What httpx builds for `verify=False`, built once: for clients of plain http:// URLs,
+    which never do TLS. httpx would otherwise make a new SSLContext for every client
+    (~0.3 ms each), and a pool makes a client per shard."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
