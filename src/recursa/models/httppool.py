@@ -15,6 +15,10 @@ each time it assigns a request or a response ends, and each idle one twice over
 a few does. Measured: an 80-wide batch was +26-34 % over a raw client with one pool
 (benchmarks/run_all.py --only batch). Shards are made on demand because a client costs
 ~0.1-0.3 ms to make: a run's first request makes one, not all of them.
+
+Connections go through httpcore over plain asyncio streams (aionet.py) instead of its anyio
+backend, which cost about as much CPU per request as all the rest; with a proxy in the
+environment, clients are httpx's defaults, so proxies work exactly as httpx has them.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class LoopPool:
         self._busy: list[int] = []        # requests in flight per shard
         self._loop: asyncio.AbstractEventLoop | None = None
         self._verify: ssl.SSLContext | None = None
+        self._direct = True              # no proxy in the environment: our asyncio transport
         self._shards = -(-max_connections // SHARD)
         size = -(-max_connections // self._shards)
         self._limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
@@ -94,13 +99,20 @@ class LoopPool:
         return busy.index(low)
 
     def _new_client(self) -> httpx.AsyncClient:
-        if self._verify is None:
+        if self._verify is None:    # once per loop
             from . import tls
             # plain http: no CA bundle to load (but an https proxy is checked as usual)
             https = self.tls or (self.trust_env and _https_proxy_in_env())
             self._verify = tls.shared_ssl_context() if https else tls.plain_http_context()
-        return httpx.AsyncClient(limits=self._limits, timeout=None, verify=self._verify,
-                                 trust_env=self.trust_env, headers=self.headers)
+            # httpx mounts the environment's proxies only on a client with its own transport
+            self._direct = not (self.trust_env and _proxy_in_env())
+        transport = None
+        if self._direct:
+            from .aionet import AsyncioTransport
+            transport = AsyncioTransport(ssl_context=self._verify, limits=self._limits)
+        return httpx.AsyncClient(transport=transport, limits=self._limits, timeout=None,
+                                 verify=self._verify, trust_env=self.trust_env,
+                                 headers=self.headers)
 
     async def aclose(self) -> None:
         """Close this loop's pool (a pool of a loop that has ended has nothing left to close).
@@ -110,6 +122,12 @@ class LoopPool:
             await asyncio.gather(*(c.aclose() for c in clients))
         if self._given is not None:
             await self._given.aclose()
+
+
+def _proxy_in_env() -> bool:
+    """A proxy variable httpx would honour is set (NO_PROXY alone routes nothing)."""
+    return any(v for k, v in os.environ.items()
+               if k.lower().endswith("_proxy") and k.lower() != "no_proxy")
 
 
 def _https_proxy_in_env() -> bool:
