@@ -122,6 +122,18 @@ def test_register_price_and_overrides():
     assert cost_usd("gpt-5", u, overrides={"gpt-5": (2.0, 4.0)}) == pytest.approx(60 / 1e6)
 
 
+def test_a_registered_price_replaces_a_built_in_one_already_looked_up():
+    built_in = price_for("gpt-4o-mini")
+    assert built_in is not None
+    try:
+        register_price("gpt-4o-mini-2024-07-18", input=9.0, output=99.0)
+        assert price_for("openai:gpt-4o-mini").output == 99.0
+    finally:
+        register_price("gpt-4o-mini", input=built_in.input, output=built_in.output,
+                       cached_input=built_in.cached_input, cache_write=built_in.cache_write)
+    assert price_for("gpt-4o-mini") == built_in
+
+
 # ------------------------------------------------------------------ replay
 async def test_replay_script_records_calls():
     c = make_client("replay:", responses=["one", "two", RuntimeError("scripted boom")])

@@ -81,7 +81,8 @@ class LoopPool:
         """This loop's least busy client (made on first use in the loop)."""
         if self._given is not None:
             return self._given
-        return self._clients[self._pick()]
+        i = self._pick()      # first: it may start this loop's list of shards
+        return self._clients[i]
 
     def _pick(self) -> int:
         """Index of the shard for the next request: the least busy, the first on a tie; a new
