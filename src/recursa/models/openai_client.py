@@ -96,6 +96,10 @@ class OpenAIClient(HostedClientState):
                          default_options=default_options)
         self._client: Any = None    # an SDK client: only AzureOpenAIClient sets one
         self._url = self.base_url.rstrip("/") + "/chat/completions"
+        try:   # parsed once here, not again for every request of a batch
+            self._target: Any = httpx.URL(self._url)
+        except Exception:
+            self._target = self._url     # a bad URL is reported by the request, as before
         # Keep-alive connections up to `max_connections` (keep it at or above the run's
         # concurrency, 32 by default, so a batch reuses its connections); `http_client`, an
         # httpx.AsyncClient of the caller's, replaces the pool.
@@ -249,7 +253,7 @@ class OpenAIClient(HostedClientState):
 
         try:
             async with asyncio.timeout(total), self._http.lease() as http, http.stream(
-                    "POST", self._url, content=body, headers=headers, params=query) as r:
+                    "POST", self._target, content=body, headers=headers, params=query) as r:
                 if not 200 <= r.status_code < 300:
                     raw = await r.aread()
                     raise self._status_error(r.status_code, r.headers, _json_or_none(raw), raw)
@@ -295,7 +299,8 @@ class OpenAIClient(HostedClientState):
         try:
             async with asyncio.timeout(float(kw["timeout"])), \
                     self._http.lease() as http:          # the whole exchange
-                r = await http.post(self._url, content=body, headers=headers, params=query)
+                r = await http.post(self._target, content=body, headers=headers or None,
+                                    params=query)
         except (TimeoutError, httpx.RequestError) as e:
             raise self._transport_error(e) from e
         raw = r.content
