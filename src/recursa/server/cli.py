@@ -97,7 +97,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
               f"sandbox {opts.sandbox}; caps {caps}; {a.max_runs} concurrent runs; "
               f"auth {'on' if key else 'OFF'}")
     err.print(f"OpenAI base URL: http://{a.host}:{a.port}/v1  (model name '{a.served_model_name}')")
-    serve(app, host=a.host, port=a.port, log_level=a.log_level)
+    serve(app, host=a.host, port=a.port, log_level=a.log_level, loop=a.loop)
     return 0
 
 

@@ -737,10 +737,9 @@ def create_app(config: ServerConfig) -> Starlette:
 
 
 def serve(app: Starlette, host: str = "127.0.0.1", port: int = 8000,
-          log_level: str = "info") -> None:
-    """Run the app under uvicorn until interrupted, on the standard asyncio loop: under uvloop
-    (uvicorn's default when installed) 64 concurrent local-sandbox runs aborted the server
-    (SIGABRT inside libuv) as sessions closed their sandboxes; asyncio does not."""
+          log_level: str = "info", loop: str = "auto") -> None:
+    """Run the app under uvicorn until interrupted; `loop` is uvicorn's choice of event loop
+    ("auto": uvloop when installed, else asyncio)."""
     import uvicorn
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
-                loop="asyncio")
+                loop=loop)
