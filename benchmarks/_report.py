@@ -182,7 +182,8 @@ def table(res: dict[str, Any]) -> str:
         o = b["serve"]
         out.append(f"\n6. `recursa serve`: {o.get('requests')} concurrent chat completions, "
                    f"upstream latency {o.get('latency_s')} s (ideal {o.get('ideal_s')} s per "
-                   "request); served = through the server; direct = RLM.acompletion in one "
+                   "request); served-LOOP = through the server on that event loop; direct = "
+                   "RLM.acompletion in one "
                    "process with one shared client, as the server has; direct-per-run = with "
                    "the clients RLM builds per completion")
         if "error" in o:
@@ -190,7 +191,7 @@ def table(res: dict[str, Any]) -> str:
         else:
             rows = []
             for r in o["rows"]:
-                for mode in ("direct", "direct-per-run", "served"):
+                for mode in ("direct", "direct-per-run", "served-asyncio", "served-uvloop"):
                     if mode not in r:
                         continue
                     m = r[mode]
@@ -200,9 +201,9 @@ def table(res: dict[str, Any]) -> str:
                     rows.append([r["side"], mode, f"{m.get('answered')}/{m.get('total')}",
                                  _s(m.get("p50_s"), "ms"), _s(m.get("p99_s"), "ms"),
                                  _s((m.get("wall_s") or {}).get("median"), "ms"),
-                                 "" if mode != "served" else
-                                 f"{_signed_ms(r.get('overhead_p50_s'))} p50, "
-                                 f"{_signed_ms(r.get('overhead_wall_s'))} wall",
+                                 "" if not mode.startswith("served") else
+                                 f"{_signed_ms(m.get('overhead_p50_s'))} p50, "
+                                 f"{_signed_ms(m.get('overhead_wall_s'))} wall",
                                  (m.get("wrong") or [""])[0][:60]])
             out.append(_rows(["side", "path", "answered", "p50", "p99", "wave wall",
                               "server overhead", "note"], rows))
