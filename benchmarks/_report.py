@@ -168,15 +168,19 @@ def table(res: dict[str, Any]) -> str:
             out.append(f"\n5b. `recursa run` from process spawn to its first model request "
                        f"(target: <= {o.get('cli_target_s')} s)")
             rows = []
-            for sandbox, c in o.get("cli", {}).items():
+            for row, c in o.get("cli", {}).items():
                 st = c.get("to_first_request_s", {})
-                rows.append([f"recursa-{sandbox}", str(st.get("n", 0)),
+                label = row if row.startswith(("recursa", "floor")) else f"recursa-{row}"
+                rows.append([label, str(st.get("n", 0)),
                              _s(st.get("median"), "ms"), _s(st.get("min"), "ms"),
                              _s(st.get("max"), "ms"), _ok(c.get("target_met")),
                              _s((c.get("run_cpu_s") or {}).get("median"), "ms"),
                              "; ".join(c.get("errors", []))[:60]])
             out.append(_rows(["side", "n", "median", "min", "max", "target",
                               "CPU of the whole run", "note"], rows))
+            out.append("  floor: python + asyncio + pydantic (one model) + httpx (without trio, h2, "
+                       "click) + one request: the least a command on this stack does. "
+                       f"Plain venv: {o.get('plain_venv', '-')}")
 
     if "serve" in b:
         o = b["serve"]

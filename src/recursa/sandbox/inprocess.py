@@ -14,6 +14,7 @@ sandbox refuses further cells.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import importlib.util
 import sys
@@ -168,7 +169,10 @@ class InProcessSandbox:
             def deliver() -> None:
                 if not done.done():
                     done.set_result(res)
-            loop.call_soon_threadsafe(deliver)
+            # a cell cut at a time limit may finish after its run's loop has closed: nobody
+            # waits for its result any more
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(deliver)
 
         _routers.acquire()
         t0 = time.perf_counter()
