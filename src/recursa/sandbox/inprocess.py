@@ -23,6 +23,7 @@ import time
 from types import ModuleType
 from typing import Any
 
+from recursa.parse import AST_LOCK
 from recursa.sandbox.protocol import WORKER_PATH
 from recursa.sandbox.session import _error_value
 from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
@@ -41,6 +42,7 @@ def worker_module() -> ModuleType:
             mod = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = mod  # dataclass-like machinery may look it up
             spec.loader.exec_module(mod)
+            mod.__dict__["AST_LOCK"] = AST_LOCK   # one lock for every parse in this process
             _module = mod
         return _module
 
