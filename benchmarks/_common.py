@@ -90,6 +90,38 @@ def rlms_python(install: bool = True, log=print) -> tuple[str | None, str]:
     return rlms_python(install=False, log=log)
 
 
+# ---------------------------------------------------------------- a plain install's venv
+PLAIN_VENV = Path(os.environ.get("RECURSA_BENCH_PLAIN_VENV", "/tmp/recursa-plainvenv"))
+
+
+def plain_python(install: bool = True, log=print) -> tuple[str | None, str]:
+    """An interpreter with only recursa's own dependencies (pyproject's [project] list), as
+    `pip install recursa` gives a user; the code under test still comes from this checkout
+    (PYTHONPATH). The dev venv also holds every extra and test tool (selenium brings trio,
+    uvicorn brings click), which changes what importing httpx costs. Made once, in its own venv
+    (RECURSA_BENCH_PLAIN_VENV, default /tmp/recursa-plainvenv)."""
+    import tomllib
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    py = PLAIN_VENV / "bin" / "python"
+    probe = ("import importlib.metadata as m, sys; "
+             "[m.version(d) for d in sys.argv[1:]]")
+    names = [d.split(">")[0].split("=")[0].split("[")[0].strip() for d in deps]
+    if py.exists() and subprocess.run([str(py), "-c", probe, *names], capture_output=True,
+                                      timeout=60).returncode == 0:
+        return str(py), f"plain venv {PLAIN_VENV}"
+    if not install:
+        return None, "no plain venv (drop --no-install to let the benchmark make one)"
+    log(f"making a venv with only recursa's dependencies at {PLAIN_VENV} (once; up to 5 min) ...")
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(PLAIN_VENV)], check=True, timeout=120,
+                       capture_output=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *deps], check=True, timeout=300,
+                       capture_output=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"the plain venv could not be made ({e}); its rows are skipped"
+    return plain_python(install=False, log=log)
+
+
 # ---------------------------------------------------------------- scripted model server
 class Server:
     """The test server of tests/openai_testserver.py in its own process, with a scripted

@@ -168,21 +168,26 @@ def table(res: dict[str, Any]) -> str:
             out.append(f"\n5b. `recursa run` from process spawn to its first model request "
                        f"(target: <= {o.get('cli_target_s')} s)")
             rows = []
-            for sandbox, c in o.get("cli", {}).items():
+            for row, c in o.get("cli", {}).items():
                 st = c.get("to_first_request_s", {})
-                rows.append([f"recursa-{sandbox}", str(st.get("n", 0)),
+                label = row if row.startswith(("recursa", "floor")) else f"recursa-{row}"
+                rows.append([label, str(st.get("n", 0)),
                              _s(st.get("median"), "ms"), _s(st.get("min"), "ms"),
                              _s(st.get("max"), "ms"), _ok(c.get("target_met")),
                              _s((c.get("run_cpu_s") or {}).get("median"), "ms"),
                              "; ".join(c.get("errors", []))[:60]])
             out.append(_rows(["side", "n", "median", "min", "max", "target",
                               "CPU of the whole run", "note"], rows))
+            out.append("  floor: python + asyncio + pydantic (one model) + httpx (without trio, h2, "
+                       "click) + one request: the least a command on this stack does. "
+                       f"Plain venv: {o.get('plain_venv', '-')}")
 
     if "serve" in b:
         o = b["serve"]
         out.append(f"\n6. `recursa serve`: {o.get('requests')} concurrent chat completions, "
                    f"upstream latency {o.get('latency_s')} s (ideal {o.get('ideal_s')} s per "
-                   "request); served = through the server; direct = RLM.acompletion in one "
+                   "request); served-LOOP = through the server on that event loop; direct = "
+                   "RLM.acompletion in one "
                    "process with one shared client, as the server has; direct-per-run = with "
                    "the clients RLM builds per completion")
         if "error" in o:
@@ -190,7 +195,7 @@ def table(res: dict[str, Any]) -> str:
         else:
             rows = []
             for r in o["rows"]:
-                for mode in ("direct", "direct-per-run", "served"):
+                for mode in ("direct", "direct-per-run", "served-asyncio", "served-uvloop"):
                     if mode not in r:
                         continue
                     m = r[mode]
@@ -200,9 +205,9 @@ def table(res: dict[str, Any]) -> str:
                     rows.append([r["side"], mode, f"{m.get('answered')}/{m.get('total')}",
                                  _s(m.get("p50_s"), "ms"), _s(m.get("p99_s"), "ms"),
                                  _s((m.get("wall_s") or {}).get("median"), "ms"),
-                                 "" if mode != "served" else
-                                 f"{_signed_ms(r.get('overhead_p50_s'))} p50, "
-                                 f"{_signed_ms(r.get('overhead_wall_s'))} wall",
+                                 "" if not mode.startswith("served") else
+                                 f"{_signed_ms(m.get('overhead_p50_s'))} p50, "
+                                 f"{_signed_ms(m.get('overhead_wall_s'))} wall",
                                  (m.get("wrong") or [""])[0][:60]])
             out.append(_rows(["side", "path", "answered", "p50", "p99", "wave wall",
                               "server overhead", "note"], rows))

@@ -4,9 +4,10 @@ The upstream is the scripted model server with 0.1 s latency; each request is th
 program of benchmark 4b (turn 1 prints the request's own tag, turn 2 commits `run-<k>` only if
 the REPL output it saw carried that tag and no other), so cross-talk shows up as a wrong answer.
 
-* served: a real `python -m recursa.cli serve --max-runs 64` process; a load driver (its own
-  process, a lean keep-alive client) sends 64 requests at once (query in the last user message,
-  context in the `context` field) and times each one.
+* served-asyncio / served-uvloop: a real `python -m recursa.cli serve --max-runs 64 --loop L`
+  process per event loop (uvloop: uvicorn's default when installed; skipped when it is not); a
+  load driver (its own process, a lean keep-alive client) sends 64 requests at once (query in the
+  last user message, context in the `context` field) and times each one.
 * direct: the same 64 runs through `RLM.acompletion` in one process (asyncio.gather), with the
   same upstream and one shared model client, as the server has: what the runs cost without the
   server.
@@ -14,13 +15,15 @@ the REPL output it saw carried that tag and no other), so cross-talk shows up as
   a new connection to the upstream per run.
 
 Reported per sandbox: all answered?, p50 / p99 / max latency, wall time of the whole wave, and
-the server's own overhead = served - direct (p50 and wall). 3 measured waves each (1 in --quick),
-direct and served alternating, each driver after one warm-up wave; recursa only (the reference
-has no server). The server shares its upstream clients between requests (keep-alive connections).
+the server's own overhead = served - direct (p50 and wall), per loop. 3 measured waves each (1 in
+--quick), direct and the two served paths alternating, each driver after one warm-up wave;
+recursa only (the reference has no server). The server shares its upstream clients between
+requests (keep-alive connections).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -43,7 +46,13 @@ NAME = "serve"
 LATENCY = 0.1
 REQUESTS = 64
 CONTEXT = "shared context for every run\n" * 20
-MODES = ("direct", "direct-per-run", "served")
+LOOPS = ("asyncio", "uvloop")
+MODES = ("direct", "direct-per-run", *(f"served-{loop}" for loop in LOOPS))
+
+
+def _have_uvloop() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("uvloop") is not None
 
 
 def _pct(xs: list[float], q: float) -> float | None:
@@ -127,12 +136,12 @@ def _free_port() -> int:
 class _Serve:
     """A real `recursa serve` process in front of `upstream`."""
 
-    def __init__(self, upstream: str, sandbox: str):
+    def __init__(self, upstream: str, sandbox: str, loop: str):
         self.port = _free_port()
         self.cmd = [RECURSA_PYTHON, "-m", "recursa.cli", "serve", "--model",
                     "openai:bench-model", "--base-url", upstream, "--sandbox", sandbox,
                     "--port", str(self.port), "--max-runs", str(REQUESTS),
-                    "--max-iterations", "6", "--log-level", "warning"]
+                    "--max-iterations", "6", "--loop", loop, "--log-level", "warning"]
 
     def __enter__(self) -> str:
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
@@ -168,40 +177,51 @@ def run(ctx) -> dict[str, Any]:
         got: dict[str, dict[str, list[Any]]] = {m: {"lat": [], "wall": [], "wrong": [],
                                                     "answered": []} for m in MODES}
         errors: dict[str, str] = {}
-        # One upstream and one server per side; direct and served waves alternate, so a change
-        # in the machine's load hits both alike.
-        with Server("scripted", latency=LATENCY) as up:
-            try:
-                with _Serve(up.base_url, sandbox) as url:
-                    for _rep in range(reps):
-                        for mode in MODES:
-                            params = {"side": side, "mode": mode, "upstream": up.base_url,
-                                      "server": url, "requests": REQUESTS, "waves": 1}
-                            r = run_driver(RECURSA_PYTHON, "bench_" + NAME, params, timeout=300)
-                            if "error" in r:
-                                errors[mode] = r["error"]
-                                continue
-                            for w in r["waves"]:
-                                g = got[mode]
-                                g["lat"] += w["latencies"]
-                                g["wall"].append(w["wall_s"])
-                                g["wrong"] += w["wrong"]
-                                g["answered"].append(w["answered"])
-            except RuntimeError as e:
-                errors["served"] = str(e)
+        loops = [lp for lp in LOOPS if lp != "uvloop" or _have_uvloop()]
+        # One upstream and one server per loop per side; direct and served waves alternate, so
+        # a change in the machine's load hits all alike.
+        with Server("scripted", latency=LATENCY) as up, contextlib.ExitStack() as stack:
+            urls: dict[str, str] = {}
+            for lp in loops:
+                try:
+                    urls[lp] = stack.enter_context(_Serve(up.base_url, sandbox, lp))
+                except RuntimeError as e:
+                    errors[f"served-{lp}"] = str(e)
+            for rep in range(reps):
+                served = [f"served-{lp}" for lp in urls]
+                for mode in ["direct", "direct-per-run",
+                             *(served if rep % 2 == 0 else served[::-1])]:
+                    params = {"side": side, "mode": mode, "upstream": up.base_url,
+                              "server": urls.get(mode.removeprefix("served-"), ""),
+                              "requests": REQUESTS, "waves": 1}
+                    r = run_driver(RECURSA_PYTHON, "bench_" + NAME, params, timeout=300)
+                    if "error" in r:
+                        errors[mode] = r["error"]
+                        continue
+                    for w in r["waves"]:
+                        g = got[mode]
+                        g["lat"] += w["latencies"]
+                        g["wall"].append(w["wall_s"])
+                        g["wrong"] += w["wrong"]
+                        g["answered"].append(w["answered"])
         for mode, g in got.items():
             if mode in errors and not g["lat"]:
                 row[mode] = {"error": errors[mode]}
+                continue
+            if not g["lat"]:   # served-uvloop without uvloop
                 continue
             row[mode] = {"p50_s": _pct(g["lat"], 0.5), "p99_s": _pct(g["lat"], 0.99),
                          "max_s": max(g["lat"]), "wall_s": summary(g["wall"]),
                          "answered": sum(g["answered"]), "total": REQUESTS * len(g["wall"]),
                          "wrong": g["wrong"][:3]}
-        d, s = row.get("direct", {}), row.get("served", {})
-        if "p50_s" in d and "p50_s" in s:
-            row["overhead_p50_s"] = s["p50_s"] - d["p50_s"]
-            row["overhead_wall_s"] = s["wall_s"]["median"] - d["wall_s"]["median"]
-            row["all_answered"] = s["answered"] == s["total"]
+        d = row.get("direct", {})
+        row["all_answered"] = True
+        for lp in LOOPS:
+            s = row.get(f"served-{lp}", {})
+            if "p50_s" in d and "p50_s" in s:
+                s["overhead_p50_s"] = s["p50_s"] - d["p50_s"]
+                s["overhead_wall_s"] = s["wall_s"]["median"] - d["wall_s"]["median"]
+                row["all_answered"] &= s["answered"] == s["total"]
         out["rows"].append(row)
     return out
 

@@ -11,6 +11,13 @@ model request.
     median of (arrival - the moment before the process was spawned) over the runs, and the CPU
     time of the whole `recursa run` process (start-up is most of it; it depends far less on
     the machine's load than the wall time). Target: <= 0.3 s. The reference has no CLI, so 5b has recursa rows only.
+    A `floor` row does the least any Python command on recursa's stack does before its first
+    request (start the interpreter, import asyncio, pydantic with one model and httpx without
+    the packages `recursa run` hides, send one chat request), measured the same way.
+
+Both run in the dev venv (every extra and test tool: selenium brings trio, uvicorn brings
+click) and, as `... (plain venv)` rows, in a venv with only recursa's own dependencies, as
+`pip install recursa` gives a user (made once; _common.plain_python).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from _common import (
     complete,
     driver_main,
     make_rlm,
+    plain_python,
     run_driver,
     summary,
 )
@@ -63,8 +71,28 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _first_request_times(sandbox: str, runs: int) -> dict[str, Any]:
-    """Spawn `recursa run` `runs` times; seconds from spawn to the first request's arrival."""
+FLOOR = """
+import sys, time
+for m in ("trio", "h2", "click"):
+    sys.modules[m] = None
+import asyncio, httpx, pydantic
+for m in ("trio", "h2", "click"):
+    del sys.modules[m]
+class Message(pydantic.BaseModel):
+    role: str
+    content: str
+async def main(url):
+    body = {"model": "m", "messages": [Message(role="user", content="x").model_dump()]}
+    async with httpx.AsyncClient(trust_env=False, verify=False) as c:   # plain http: no CA load
+        r = await c.post(url + "/chat/completions", json=body)
+        print(r.json()["choices"][0]["message"]["content"][:0] + "started")
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def _first_request_times(python: str, sandbox: str | None, runs: int) -> dict[str, Any]:
+    """Spawn `recursa run` (or, with sandbox None, the floor script) `runs` times; seconds from
+    spawn to the first request's arrival."""
     sys.path.insert(0, str(TESTS_DIR))
     from openai_testserver import OpenAITestServer
 
@@ -87,9 +115,12 @@ def _first_request_times(sandbox: str, runs: int) -> dict[str, Any]:
             f.write(CONTEXT)
         for _ in range(runs):
             arrivals.clear()
-            cmd = [RECURSA_PYTHON, "-m", "recursa.cli", "run", "ROOTQ-start: say started", "-c",
-                   ctx, "--model", "openai:bench-model", "--base-url", srv.base_url,
-                   "--sandbox", sandbox, "-q"]
+            if sandbox is None:
+                cmd = [python, "-c", FLOOR, srv.base_url]
+            else:
+                cmd = [python, "-m", "recursa.cli", "run", "ROOTQ-start: say started", "-c",
+                       ctx, "--model", "openai:bench-model", "--base-url", srv.base_url,
+                       "--sandbox", sandbox, "-q"]
             c0 = _children_cpu()
             t0 = time.time()
             try:
@@ -108,7 +139,8 @@ def _first_request_times(sandbox: str, runs: int) -> dict[str, Any]:
     if errors:
         res["errors"] = errors[:3]
     med = res["to_first_request_s"].get("median")
-    res["target_met"] = None if med is None else med <= CLI_TARGET_S
+    if sandbox is not None:
+        res["target_met"] = None if med is None else med <= CLI_TARGET_S
     return res
 
 
@@ -123,37 +155,48 @@ def _compile_bytecode() -> None:
 def run(ctx) -> dict[str, Any]:
     procs, warm = (3, 3) if ctx.quick else (7, 5)
     _compile_bytecode()
+    plain, plain_msg = plain_python(install=ctx.install, log=lambda m: print(m, file=sys.stderr))
     out: dict[str, Any] = {"first_target_s": FIRST_TARGET_S, "cli_target_s": CLI_TARGET_S,
-                           "processes": procs, "sides": {}, "cli": {}}
-    per: dict[str, dict[str, list[float]]] = {s: {"first": [], "warm": [], "delta": [],
-                                                  "build": []} for s in ctx.sides}
+                           "processes": procs, "sides": {}, "cli": {}, "plain_venv": plain_msg}
+    # (row, python, side for make_rlm)
+    drivers = [(side, ctx.python(side), side) for side in ctx.sides]
+    if plain:
+        drivers += [(f"{side} (plain venv)", plain, side) for side in ctx.sides
+                    if side.startswith("recursa")]
+    per: dict[str, dict[str, list[float]]] = {row: {"first": [], "warm": [], "delta": [],
+                                                    "build": []} for row, _, _ in drivers}
     errors: dict[str, str] = {}
     for _ in range(procs):           # fresh processes, the sides interleaved
-        for side in ctx.sides:
+        for row, python, side in drivers:
             with Server("scripted", latency=0.0, dialect=ctx.dialect(side)) as srv:
-                r = run_driver(ctx.python(side), "bench_" + NAME,
+                r = run_driver(python, "bench_" + NAME,
                                {"side": side, "base_url": srv.base_url, "warm": warm},
                                timeout=240)
             if "error" in r or r.get("n_wrong"):
-                errors[side] = r.get("error") or f"{r['n_wrong']} wrong answers"
+                errors[row] = r.get("error") or f"{r['n_wrong']} wrong answers"
                 continue
-            d = per[side]
+            d = per[row]
             d["first"].append(r["first_s"])
             d["warm"].append(r["warm_s"])
             d["delta"].append(r["first_s"] - r["warm_s"])
             d["build"].append(r["build_s"])
-    for side in ctx.sides:
-        d = per[side]
-        row: dict[str, Any] = {k + "_s": summary(v) for k, v in d.items()}
-        med = row["delta_s"].get("median")
+    for row, _, side in drivers:
+        d = per[row]
+        res: dict[str, Any] = {k + "_s": summary(v) for k, v in d.items()}
+        med = res["delta_s"].get("median")
         if side.startswith("recursa"):
-            row["target_met"] = None if med is None else med <= FIRST_TARGET_S
-        if side in errors:
-            row["error"] = errors[side]
-        out["sides"][side] = row
-    for sandbox in ("local", "inprocess"):
-        if f"recursa-{sandbox}" in ctx.sides:
-            out["cli"][sandbox] = _first_request_times(sandbox, 3 if ctx.quick else 7)
+            res["target_met"] = None if med is None else med <= FIRST_TARGET_S
+        if row in errors:
+            res["error"] = errors[row]
+        out["sides"][row] = res
+    pythons = [("", RECURSA_PYTHON)] + ([(" (plain venv)", plain)] if plain else [])
+    runs = 3 if ctx.quick else 7
+    for suffix, python in pythons:
+        for sandbox in ("local", "inprocess"):
+            if f"recursa-{sandbox}" in ctx.sides:
+                out["cli"][f"recursa-{sandbox}{suffix}"] = _first_request_times(python, sandbox,
+                                                                                runs)
+        out["cli"][f"floor{suffix}"] = _first_request_times(python, None, runs)
     return out
 
 

@@ -37,6 +37,7 @@ class Ctx:
         self.quick = args.quick
         self.rounds = args.rounds or (1 if args.quick else 2)
         self.rlms_py = rlms_py
+        self.install = not args.no_install
         wanted = [s for s in args.sides.split(",") if s] or list(SIDES_ALL)
         self.sides = [s for s in SIDES_ALL if s in wanted and (s != "rlms" or rlms_py)]
         self.workdir = Path(args.workdir)
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sides", default="", help=f"comma-separated subset of {','.join(SIDES_ALL)}")
     ap.add_argument("--no-rlms", action="store_true", help="skip the reference library")
     ap.add_argument("--no-install", action="store_true",
-                    help="do not create a venv for rlms when it is missing")
+                    help="do not create the venvs for rlms and for a plain install of recursa's "
+                         "dependencies when they are missing")
     ap.add_argument("--out", default=str(BENCH_DIR / "results" / "latest.json"))
     ap.add_argument("--workdir", default="/tmp/recursa-bench")
     args = ap.parse_args(argv)

@@ -298,3 +298,30 @@ def test_make_sandbox_kinds():
     assert isinstance(make_sandbox("local", isolation="limits"), LocalSandbox)
     with pytest.raises(ValueError):
         make_sandbox("docker-on-mars")
+
+
+def test_inprocess_cells_and_the_host_parse_under_one_lock() -> None:
+    """CPython < 3.11.9 fails two threads building ASTs at once (python/cpython#106905): the
+    in-process worker compiles cells under the host's parse lock, so while the host holds it a
+    cell's compile waits."""
+    import threading
+
+    from recursa.parse import AST_LOCK, parse_python
+    from recursa.sandbox.inprocess import worker_module
+
+    mod = worker_module()
+    assert mod.AST_LOCK is AST_LOCK
+    repl = mod.Repl(lambda kind, args: None, None, None)
+    done = threading.Event()
+
+    def compile_cell() -> None:
+        repl._compile("x = 1\nx", "<cell-t>")
+        done.set()
+
+    with AST_LOCK:
+        t = threading.Thread(target=compile_cell)
+        t.start()
+        assert not done.wait(0.3)        # blocked on the lock the host holds
+    assert done.wait(10)
+    t.join()
+    assert parse_python("y = 2").body    # and the host's own parse still works

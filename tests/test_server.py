@@ -673,6 +673,46 @@ def test_full_chain_through_a_real_upstream_http_model(monkeypatch: pytest.Monke
         assert resp.usage.total_tokens == rec["total_tokens"] > 0
 
 
+def test_the_serve_command_shares_its_upstream_clients_between_requests(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app `recursa serve` builds gives every request's RLM the server's shared model client
+    (not a client of its own per request, with its own connections, closed at the end)."""
+    import argparse
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from openai_testserver import OpenAITestServer
+    from recursa.server import cli as server_cli
+    from recursa.server import openai_app
+
+    apps: list[Any] = []
+    monkeypatch.setattr(openai_app, "serve", lambda app, **kw: apps.append(app))
+    parser = argparse.ArgumentParser()
+    server_cli.register(parser.add_subparsers())
+
+    def upstream_model(req: dict[str, Any]) -> str:
+        if "summarise" in str(req["messages"][-1]["content"]):
+            return "a short summary"
+        return code("s = llm_query('summarise this')\nFINAL('upstream says: ' + s)")
+
+    with OpenAITestServer(responder=upstream_model) as up:
+        a = parser.parse_args(["serve", "--model", "openai:test-model", "--base-url",
+                               up.base_url, "--sandbox", "inprocess", "--api-key", KEY,
+                               "--max-iterations", "3"])
+        assert a.fn(a) == 0 and len(apps) == 1
+        with Server(apps[0]) as srv:
+            for _ in range(3):
+                resp = srv.client().chat.completions.create(
+                    model="recursa", messages=[{"role": "user", "content": "q"}],
+                    extra_body={"context": "some text"})
+            shared = list(apps[0].state.config.shared_clients.values())
+            assert len(shared) == 1
+            pools = shared[0]._http._clients
+            assert sum(len(c._transport._pool.connections) for c in pools) == 1
+    assert resp.choices[0].message.content == "upstream says: a short summary"
+    assert up.request_count == 6
+
+
 def test_progress_is_streamed_while_the_run_is_still_going() -> None:
     """The second root turn waits until the client has *received* progress of the first: were
     progress buffered until the end, it would wait in vain."""

@@ -5,9 +5,23 @@ from __future__ import annotations
 import ast
 import io
 import re
+import threading
 import tokenize
 
 from recursa.types import Cell
+
+# CPython before 3.11.9 / 3.12.3 keeps the AST converter's recursion depth per interpreter, not
+# per thread: two threads parsing at once can fail with "SystemError: AST constructor recursion
+# depth mismatch" (python/cpython#106905). In-process sandboxes compile cells in many threads while
+# the event loop parses replies, so every parse in this process takes this lock (the in-process
+# sandbox hands it to the worker module it loads).
+AST_LOCK = threading.Lock()
+
+
+def parse_python(code: str) -> ast.Module:
+    """ast.parse under AST_LOCK."""
+    with AST_LOCK:
+        return ast.parse(code)
 
 _FENCE = re.compile(r"```([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:\n[ \t]*```|\Z)", re.S)
 
@@ -121,7 +135,7 @@ def answer_text(reply: str) -> str | None:
     line = final_line(reply)
     if line is not None:
         try:
-            ast.parse(line)
+            parse_python(line)
         except SyntaxError:         # FINAL(March 2023)
             return final_literal(line) or None
         return _committed_literal(line)     # FINAL("Lyon"); FINAL(x) names no answer
@@ -138,7 +152,7 @@ def _committed_literal(code: str) -> str | None:
     """The literal a cell commits or is: FINAL(<literal>), answer["content"] = <literal>, a
     lone literal or name; None for code that computes its answer (or is not an answer)."""
     try:
-        tree = ast.parse(code.strip())
+        tree = parse_python(code.strip())
     except SyntaxError:
         text = code.strip()     # `March 2023`: not Python, plainly the answer
         return _clean(text) if text and "\n" not in text and len(text) <= PROSE_ANSWER_CHARS \

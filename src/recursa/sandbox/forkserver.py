@@ -239,7 +239,6 @@ class ZygoteTransport(PipeTransport):
         self._zygote: Zygote | None = None
         self._rid: int | None = None
         self._exited: cf.Future[int] | None = None
-        self._files: list[Any] = []
         self.pid: int | None = None        # the run's init on this host (its tree is the run)
 
     @property
@@ -270,14 +269,12 @@ class ZygoteTransport(PipeTransport):
             for fd in sent:   # the zygote has its own copies now
                 os.close(fd)
         self._zygote, self._rid, self._exited = zygote, rid, exited
-        self._files = [os.fdopen(mine[0], "wb", buffering=0),
-                       os.fdopen(mine[1], "rb", buffering=0),
-                       os.fdopen(mine[2], "rb", buffering=0)]
+        self._own(*mine)
         try:
             self.pid = await asyncio.wait_for(asyncio.wrap_future(spawned), self._timeout)
         except TimeoutError:
             raise ZygoteError("the zygote did not answer") from None
-        await self._connect(*self._files)
+        await self._connect()
 
     async def wait_exit(self, timeout: float) -> int | None:
         if self._exited is None:
@@ -293,10 +290,7 @@ class ZygoteTransport(PipeTransport):
         if self._zygote is not None and self._rid is not None:
             self._zygote.kill(self._rid)
             await self.wait_exit(10)
-        await self._disconnect()
-        for f in self._files:
-            with contextlib.suppress(OSError):
-                f.close()
+        await self._disconnect()   # closes our ends of the pipes (see PipeTransport)
 
 
 # ------------------------------------------------------------------ one per configuration

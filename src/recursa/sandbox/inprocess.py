@@ -14,6 +14,7 @@ sandbox refuses further cells.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import importlib.util
 import sys
@@ -22,6 +23,7 @@ import time
 from types import ModuleType
 from typing import Any
 
+from recursa.parse import AST_LOCK
 from recursa.sandbox.protocol import WORKER_PATH
 from recursa.sandbox.session import _error_value
 from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
@@ -40,6 +42,7 @@ def worker_module() -> ModuleType:
             mod = importlib.util.module_from_spec(spec)
             sys.modules[spec.name] = mod  # dataclass-like machinery may look it up
             spec.loader.exec_module(mod)
+            mod.__dict__["AST_LOCK"] = AST_LOCK   # one lock for every parse in this process
             _module = mod
         return _module
 
@@ -168,7 +171,10 @@ class InProcessSandbox:
             def deliver() -> None:
                 if not done.done():
                     done.set_result(res)
-            loop.call_soon_threadsafe(deliver)
+            # a cell cut at a time limit may finish after its run's loop has closed: nobody
+            # waits for its result any more
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(deliver)
 
         _routers.acquire()
         t0 = time.perf_counter()

@@ -152,7 +152,37 @@ def kill_tree(pid: int, *, alive: bool = True, marker: str | None = None) -> Non
 
 
 class _WritePipeProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
-    """Flow control for a write pipe, so StreamWriter.drain() works on it."""
+    """Flow control for a write pipe, so StreamWriter.drain() works on it; `gone` is done once
+    the transport has closed its pipe."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        super().__init__(loop)
+        self.gone: asyncio.Future[None] = loop.create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if not self.gone.done():
+            self.gone.set_result(None)
+
+
+class _ReadPipeProtocol(asyncio.StreamReaderProtocol):
+    """A StreamReader's protocol whose `gone` is done once the transport has closed its pipe."""
+
+    def __init__(self, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop):
+        super().__init__(reader, loop=loop)
+        self.gone: asyncio.Future[None] = loop.create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if not self.gone.done():
+            self.gone.set_result(None)
+
+
+def loop_closes_pipe_fds(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the loop's pipe transports close the fd themselves rather than through the file
+    object: uvloop's do (libuv closes it), then call the file object's close() as well, which
+    would close the same number a second time, by then maybe another thread's new fd."""
+    return type(loop).__module__.partition(".")[0] == "uvloop"
 
 
 async def wait_pid_exit(pid: int, poll: Callable[[], int | None], timeout: float) -> int | None:
@@ -190,8 +220,16 @@ async def wait_pid_exit(pid: int, poll: Callable[[], int | None], timeout: float
 
 class PipeTransport:
     """The byte-stream half shared by every local transport: the worker's stdin, stdout and
-    stderr are pipes (file objects or fds) that `_connect` attaches to the running loop; stderr
-    is kept as a short tail for diagnostics. Subclasses start, wait for and kill the process.
+    stderr are pipes whose fds `_connect` hands to the running loop; stderr is kept as a short
+    tail for diagnostics. Subclasses start, wait for and kill the process.
+
+    An fd handed to the loop is the loop's to close: uvloop closes it in libuv only when the
+    transport's close callback runs, a loop iteration after `close()`. Closing it ourselves
+    before that (as this class once did) freed the number while libuv still had it, so the next
+    socket or pipe the process opened got it, libuv's deferred close then closed *that* one,
+    and the loop aborted (epoll_ctl EBADF) or another connection lost its fd. So `_disconnect`
+    waits for every transport to report its pipe closed and closes only the fds no transport
+    took.
     """
 
     def __init__(self, *, stderr_tail: int = 8192):
@@ -200,21 +238,43 @@ class PipeTransport:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._transports: list[asyncio.BaseTransport] = []
+        self._gone: list[asyncio.Future[None]] = []
+        self._loose: list[int] = []     # our fds of the pipes no transport has taken yet
         self._drain: asyncio.Task[None] | None = None
         self._killed = False
 
-    async def _connect(self, stdin: Any, stdout: Any, stderr: Any) -> None:
+    def _own(self, stdin: int, stdout: int, stderr: int) -> None:
+        """Take the fds of our ends of the three pipes (we close them unless a transport
+        takes them)."""
+        self._loose = [stdin, stdout, stderr]
+
+    async def _connect(self) -> None:
+        """Hand the fds given to `_own` to the running loop as pipe transports."""
         loop = asyncio.get_running_loop()
+        closefd = not loop_closes_pipe_fds(loop)
+        stdin, stdout, stderr = self._loose
+
+        def pipe(fd: int, mode: str) -> Any:
+            # From here on the fd is the loop's: its transport closes it, even if connecting
+            # fails after the transport was made (and the file object, on the stock loop, if
+            # no transport was made at all).
+            self._loose.remove(fd)
+            return os.fdopen(fd, mode, buffering=0, closefd=closefd)
+
         reader = asyncio.StreamReader(limit=2 ** 16, loop=loop)
-        rt, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), stdout)
+        rt, rp = await loop.connect_read_pipe(lambda: _ReadPipeProtocol(reader, loop),
+                                              pipe(stdout, "rb"))
         self._transports.append(rt)
+        self._gone.append(rp.gone)
         err = asyncio.StreamReader(limit=2 ** 16, loop=loop)
-        et, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(err, loop=loop), stderr)
+        et, ep = await loop.connect_read_pipe(lambda: _ReadPipeProtocol(err, loop),
+                                              pipe(stderr, "rb"))
         self._transports.append(et)
-        wt, wp = await loop.connect_write_pipe(lambda: _WritePipeProtocol(loop), stdin)
+        self._gone.append(ep.gone)
+        wt, wp = await loop.connect_write_pipe(lambda: _WritePipeProtocol(loop),
+                                               pipe(stdin, "wb"))
         self._transports.append(wt)
+        self._gone.append(wp.gone)
         self._reader = reader
         self._writer = asyncio.StreamWriter(wt, wp, None, loop)
         self._drain = asyncio.create_task(self._drain_stderr(err))
@@ -245,12 +305,26 @@ class PipeTransport:
             raise EOFError("worker closed its output") from None
 
     async def _disconnect(self) -> None:
-        """After the process is gone: let stderr drain, close our ends of the pipes."""
+        """After the process is gone: close the fds no transport took, let stderr drain, have
+        the loop close its pipes and wait until it has."""
+        loose, self._loose = self._loose, []
+        for fd in loose:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         if self._drain is not None:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(self._drain, 1)
         for t in self._transports:
-            t.close()
+            if t.is_closing():   # e.g. the worker closed its end: already on its way
+                continue
+            if isinstance(t, asyncio.WriteTransport):
+                t.abort()   # nothing left to deliver: do not wait for a full pipe to drain
+            else:
+                t.close()
+        if self._gone:
+            # The close callbacks run on the next loop iteration; the timeout only guards
+            # against a loop that never reports the loss.
+            await asyncio.wait(self._gone, timeout=5)
 
     @property
     def returncode(self) -> int | None:
@@ -313,7 +387,8 @@ class SubprocessTransport(PipeTransport):
         proc = self._proc
         if self.on_start is not None:
             self.on_start(proc.pid)
-        await self._connect(proc.stdin, proc.stdout, proc.stderr)
+        self._own(*take_popen_pipes(proc))
+        await self._connect()
 
     async def wait_exit(self, timeout: float) -> int | None:
         """Wait up to `timeout` s for the process to exit on its own; return its status."""
@@ -334,7 +409,7 @@ class SubprocessTransport(PipeTransport):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         await self._disconnect()
-        close_popen_pipes(proc)   # those no transport took yet (a start that was cut short)
+        close_popen_pipes(proc)   # a start cut short before it took them
 
 
 class AdoptedTransport(SubprocessTransport):
@@ -343,6 +418,17 @@ class AdoptedTransport(SubprocessTransport):
     def __init__(self, proc: subprocess.Popen[bytes], *, stderr_tail: int = 8192,
                  marker: str | None = None, on_start: Callable[[int], None] | None = None):
         super().__init__(proc=proc, stderr_tail=stderr_tail, marker=marker, on_start=on_start)
+
+
+def take_popen_pipes(proc: subprocess.Popen[bytes]) -> tuple[int, int, int]:
+    """Our own fds of a process's stdin, stdout and stderr pipes, its file objects closed (so
+    that neither they nor `close_popen_pipes` can close a number a loop owns later)."""
+    fds = []
+    for f in (proc.stdin, proc.stdout, proc.stderr):
+        assert f is not None
+        fds.append(os.dup(f.fileno()))
+        f.close()
+    return fds[0], fds[1], fds[2]
 
 
 def close_popen_pipes(proc: subprocess.Popen[bytes]) -> None:

@@ -31,6 +31,11 @@ from typing import Any
 PROTOCOL_VERSION = 1
 _HEADER = struct.Struct(">I")
 _MAX_FRAME = 1 << 30
+# Parsing and compiling cells is serialised: CPython before 3.11.9 / 3.12.3 fails two threads
+# that build ASTs at once ("AST constructor recursion depth mismatch", python/cpython#106905). A
+# worker process compiles one cell at a time anyway; the in-process sandbox runs many REPLs in
+# the host's threads and replaces this with the host's own lock (recursa.parse.AST_LOCK).
+AST_LOCK = threading.Lock()
 
 # Names the REPL defines itself; never reported as user variables.
 HELPER_NAMES = (
@@ -290,14 +295,15 @@ class Repl:
 
     # -- running a cell
     def _compile(self, code: str, filename: str) -> tuple[Any, Any]:
-        tree = ast.parse(code, filename, "exec")
-        last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            tail = tree.body.pop()
-            assert isinstance(tail, ast.Expr)
-            last = ast.Expression(tail.value)
-        body = compile(tree, filename, "exec")
-        expr = compile(last, filename, "eval") if last is not None else None
+        with AST_LOCK:   # see AST_LOCK
+            tree = ast.parse(code, filename, "exec")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                tail = tree.body.pop()
+                assert isinstance(tail, ast.Expr)
+                last = ast.Expression(tail.value)
+            body = compile(tree, filename, "exec")
+            expr = compile(last, filename, "eval") if last is not None else None
         return body, expr
 
     def _format_exc(self, exc: BaseException, filename: str) -> str:

@@ -40,5 +40,7 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
                    "continues in it (least recently used closed first; 0: off; default 16)")
     p.add_argument("--session-ttl", type=float, default=600.0, metavar="S",
                    help="close a conversation's sandbox after S seconds unused (default 600)")
+    p.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto",
+                   help="event loop (default auto: uvloop when installed, as uvicorn picks)")
     p.add_argument("--log-level", default="info",
                    choices=["critical", "error", "warning", "info", "debug"])

@@ -72,9 +72,12 @@ def cmd_serve(a: argparse.Namespace) -> int:
                                             "prices": opts.prices}))
 
         def factory(config: Any, spec: Any) -> Any:
+            # the server's shared model clients, so that requests reuse their keep-alive
+            # connections rather than each building (and closing) clients of its own
             from recursa.rlm import RLM
-            return RLM(**{**base, "model": config.model,
-                          "sub_model": spec.sub_model or config.sub_model,
+            sub = spec.sub_model or config.sub_model
+            return RLM(**{**base, "model": config.client(config.model, root=True),
+                          "sub_model": None if sub is None else config.client(sub),
                           "trace_dir": config.trace_dir, "on_event": spec.on_event,
                           **config.limits})
 
@@ -83,6 +86,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
                            concurrency=opts.subcall_concurrency,
                            max_output_chars=opts.max_output_chars, trace_dir=a.trace_dir,
                            api_key=key, upstream_api_key=base.get("api_key"),
+                           sub_api_key=base.get("sub_api_key"),
+                           client_options={**base.get("client_options", {}),
+                                           **({"prices": base["prices"]}
+                                              if base.get("prices") else {})},
                            max_runs=a.max_runs,
                            max_request_bytes=int(a.max_request_mb * 1024 * 1024),
                            served_model=a.served_model_name, allowed_sub_models=allowed,
@@ -97,7 +104,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
               f"sandbox {opts.sandbox}; caps {caps}; {a.max_runs} concurrent runs; "
               f"auth {'on' if key else 'OFF'}")
     err.print(f"OpenAI base URL: http://{a.host}:{a.port}/v1  (model name '{a.served_model_name}')")
-    serve(app, host=a.host, port=a.port, log_level=a.log_level)
+    serve(app, host=a.host, port=a.port, log_level=a.log_level, loop=a.loop)
     return 0
 
 

@@ -82,6 +82,8 @@ class ServerConfig:
     trace_dir: str | None = None
     api_key: str | None = None
     upstream_api_key: str | None = None          # for --base-url endpoints (--api-key-env)
+    sub_api_key: str | None = None               # the sub-model's (--sub-api-key-env)
+    client_options: dict[str, Any] = field(default_factory=dict)   # make_client's, e.g. prices
     max_runs: int = 4                            # runs at once; more get 429
     max_request_bytes: int = 16 * 1024 * 1024
     served_model: str = "recursa"
@@ -115,11 +117,14 @@ class ServerConfig:
                             self.model.split(":", 1)[0] == provider)
             base_url = self.base_url if root else (self.sub_base_url or
                                                   (self.base_url if same else None))
-            opts: dict[str, Any] = {}
+            opts: dict[str, Any] = dict(self.client_options)
             if base_url and provider not in ("local", "replay"):   # as RLM._client does
                 opts["base_url"] = base_url
-            if self.upstream_api_key and same:
-                opts["api_key"] = self.upstream_api_key
+            key = self.upstream_api_key if same else None
+            if not root and self.sub_api_key:
+                key = self.sub_api_key
+            if key:
+                opts["api_key"] = key
             self.shared_clients[spec] = make_client(spec, **opts)
         return self.shared_clients[spec]
 
@@ -737,10 +742,9 @@ def create_app(config: ServerConfig) -> Starlette:
 
 
 def serve(app: Starlette, host: str = "127.0.0.1", port: int = 8000,
-          log_level: str = "info") -> None:
-    """Run the app under uvicorn until interrupted, on the standard asyncio loop: under uvloop
-    (uvicorn's default when installed) 64 concurrent local-sandbox runs aborted the server
-    (SIGABRT inside libuv) as sessions closed their sandboxes; asyncio does not."""
+          log_level: str = "info", loop: str = "auto") -> None:
+    """Run the app under uvicorn until interrupted; `loop` is uvicorn's choice of event loop
+    ("auto": uvloop when installed, else asyncio)."""
     import uvicorn
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
-                loop="asyncio")
+                loop=loop)
