@@ -17,7 +17,7 @@ a few does. Measured: an 80-wide batch was +26-34 % over a raw client with one p
 ~0.1-0.3 ms to make: a run's first request makes one, not all of them.
 
 Connections go through httpcore over plain asyncio streams (aionet.py) instead of its anyio
-backend, which cost about as much CPU per request as all the rest; with a proxy in the
+backend, which cost about a quarter of httpx's CPU per request; with a proxy in the
 environment, clients are httpx's defaults, so proxies work exactly as httpx has them.
 """
 
