@@ -41,6 +41,15 @@ def _collect() -> tuple[list[tuple[str, int]], Any]:
     return got, lambda piece, offset: got.append((piece, offset))
 
 
+def _assert_same_completion(got: list[tuple[str, int]], streamed: Any, plain: Any,
+                            cached_tokens: int) -> None:
+    """The deltas make up the streamed text, which is the plain call's; usage (with its cached
+    tokens) and a known cost are the same both ways."""
+    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text == plain.text
+    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == cached_tokens
+    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
+
+
 # ---------------------------------------------------------------- clients
 async def test_openai_stream_same_completion_as_complete(srv):
     c = OpenAIClient("m", base_url=srv.base_url, prices=PRICES, retry_base_delay=0.01)
@@ -53,11 +62,8 @@ async def test_openai_stream_same_completion_as_complete(srv):
     body = srv.requests[0]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert "stream" not in srv.requests[1]
-    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text
+    _assert_same_completion(got, streamed, plain, cached_tokens=3)
     assert [o for _, o in got] == [sum(len(p) for p, _ in got[:i]) for i in range(len(got))]
-    assert streamed.text == plain.text
-    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == 3
-    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
     assert streamed.model == plain.model
 
 
@@ -82,9 +88,7 @@ async def test_anthropic_stream_same_completion_as_complete(srv):
     finally:
         await c.aclose()
     assert srv.requests[0]["stream"] is True
-    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text == plain.text
-    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == 3
-    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
+    _assert_same_completion(got, streamed, plain, cached_tokens=3)
 
 
 async def test_azure_stream_same_completion_as_complete():
@@ -99,10 +103,8 @@ async def test_azure_stream_same_completion_as_complete():
         finally:
             await c.aclose()
         assert fake.requests[0]["body"]["stream"] is True
-    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text == plain.text
+    _assert_same_completion(got, streamed, plain, cached_tokens=2)
     assert streamed.model == plain.model == "gpt-4o-mini-2024-07-18"
-    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == 2
-    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
 
 
 async def test_litellm_stream_same_completion_as_complete_and_a_cut_is_retried(srv):
@@ -113,9 +115,7 @@ async def test_litellm_stream_same_completion_as_complete_and_a_cut_is_retried(s
     streamed = await c.astream(MSGS, on_delta)
     plain = await c.complete(MSGS)
     assert srv.requests[0]["stream"] is True
-    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text == plain.text
-    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == 3
-    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
+    _assert_same_completion(got, streamed, plain, cached_tokens=3)
     srv.inject(Fault.cut(7))
     got.clear()
     again = await c.astream(MSGS, on_delta)
@@ -137,11 +137,9 @@ async def test_gemini_stream_same_completion_as_complete():
         finally:
             await c.aclose()
         assert "streamGenerateContent" in fake.requests[0]["path"]
-    assert len(got) > 3 and "".join(p for p, _ in got) == streamed.text == plain.text
+    _assert_same_completion(got, streamed, plain, cached_tokens=2)
     assert "thinking" not in streamed.text                     # thoughts are not the reply
     assert streamed.model == plain.model
-    assert streamed.usage == plain.usage and streamed.usage.cached_tokens == 2
-    assert streamed.cost_usd == plain.cost_usd and streamed.cost_usd > 0
 
 
 async def test_cut_stream_is_retried_from_the_start(srv):
