@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -80,14 +81,22 @@ def rlms_python(install: bool = True, log=print) -> tuple[str | None, str]:
         return None, ("rlms not found (set RECURSA_BENCH_RLMS_PYTHON, or drop --no-install to "
                       f"let the benchmark create {RLMS_VENV}); reference side skipped")
     log(f"installing rlms=={RLMS_VERSION} into {RLMS_VENV} (separate venv; up to 5 min) ...")
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(RLMS_VENV)], check=True, timeout=120,
-                       capture_output=True)
-        subprocess.run([str(RLMS_VENV / "bin" / "python"), "-m", "pip", "install", "-q",
-                        f"rlms=={RLMS_VERSION}"], check=True, timeout=300, capture_output=True)
-    except (OSError, subprocess.SubprocessError) as e:
-        return None, f"rlms could not be installed ({e}); reference side skipped"
+    failed = _make_venv(RLMS_VENV, [f"rlms=={RLMS_VERSION}"])
+    if failed:
+        return None, f"rlms could not be installed ({failed}); reference side skipped"
     return rlms_python(install=False, log=log)
+
+
+def _make_venv(venv: Path, packages: list[str]) -> str | None:
+    """Create `venv` and pip-install `packages` into it; None, or why it failed."""
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120,
+                       capture_output=True)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", *packages],
+                       check=True, timeout=300, capture_output=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        return str(e)
+    return None
 
 
 # ---------------------------------------------------------------- a plain install's venv
@@ -105,20 +114,16 @@ def plain_python(install: bool = True, log=print) -> tuple[str | None, str]:
     py = PLAIN_VENV / "bin" / "python"
     probe = ("import importlib.metadata as m, sys; "
              "[m.version(d) for d in sys.argv[1:]]")
-    names = [d.split(">")[0].split("=")[0].split("[")[0].strip() for d in deps]
+    names = [re.match(r"[A-Za-z0-9_.-]+", d).group() for d in deps]   # type: ignore[union-attr]
     if py.exists() and subprocess.run([str(py), "-c", probe, *names], capture_output=True,
                                       timeout=60).returncode == 0:
         return str(py), f"plain venv {PLAIN_VENV}"
     if not install:
         return None, "no plain venv (drop --no-install to let the benchmark make one)"
     log(f"making a venv with only recursa's dependencies at {PLAIN_VENV} (once; up to 5 min) ...")
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(PLAIN_VENV)], check=True, timeout=120,
-                       capture_output=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", *deps], check=True, timeout=300,
-                       capture_output=True)
-    except (OSError, subprocess.SubprocessError) as e:
-        return None, f"the plain venv could not be made ({e}); its rows are skipped"
+    failed = _make_venv(PLAIN_VENV, deps)
+    if failed:
+        return None, f"the plain venv could not be made ({failed}); its rows are skipped"
     return plain_python(install=False, log=log)
 
 

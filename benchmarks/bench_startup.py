@@ -71,12 +71,16 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-FLOOR = """
+def _floor_script() -> str:
+    """The floor row's program. It hides what `recursa run` hides from httpx (imported here,
+    not at module level: a 5a driver must not have imported recursa before it times that)."""
+    from recursa.lean_imports import COMMAND_UNUSED
+    return """
 import sys, time
-for m in ("trio", "h2", "click"):
+for m in UNUSED:
     sys.modules[m] = None
 import asyncio, httpx, pydantic
-for m in ("trio", "h2", "click"):
+for m in UNUSED:
     del sys.modules[m]
 class Message(pydantic.BaseModel):
     role: str
@@ -87,7 +91,7 @@ async def main(url):
         r = await c.post(url + "/chat/completions", json=body)
         print(r.json()["choices"][0]["message"]["content"][:0] + "started")
 asyncio.run(main(sys.argv[1]))
-"""
+""".replace("UNUSED", repr(COMMAND_UNUSED))
 
 
 def _first_request_times(python: str, sandbox: str | None, runs: int) -> dict[str, Any]:
@@ -116,7 +120,7 @@ def _first_request_times(python: str, sandbox: str | None, runs: int) -> dict[st
         for _ in range(runs):
             arrivals.clear()
             if sandbox is None:
-                cmd = [python, "-c", FLOOR, srv.base_url]
+                cmd = [python, "-c", _floor_script(), srv.base_url]
             else:
                 cmd = [python, "-m", "recursa.cli", "run", "ROOTQ-start: say started", "-c",
                        ctx, "--model", "openai:bench-model", "--base-url", srv.base_url,
