@@ -102,11 +102,12 @@ class LoopPool:
     def _new_client(self) -> httpx.AsyncClient:
         if self._verify is None:    # once per loop
             from . import tls
+            proxies = _env_proxies() if self.trust_env else []
             # plain http: no CA bundle to load (but an https proxy is checked as usual)
-            https = self.tls or (self.trust_env and _https_proxy_in_env())
+            https = self.tls or any(p.lower().startswith("https:") for p in proxies)
             self._verify = tls.shared_ssl_context() if https else tls.plain_http_context()
             # httpx mounts the environment's proxies only on a client with its own transport
-            self._direct = not (self.trust_env and _proxy_in_env())
+            self._direct = not proxies
         transport = None
         if self._direct:
             from .aionet import AsyncioTransport
@@ -125,13 +126,8 @@ class LoopPool:
             await self._given.aclose()
 
 
-def _proxy_in_env() -> bool:
-    """A proxy variable httpx would honour is set (NO_PROXY alone routes nothing)."""
-    return any(v for k, v in os.environ.items()
-               if k.lower().endswith("_proxy") and k.lower() != "no_proxy")
-
-
-def _https_proxy_in_env() -> bool:
-    """An https:// proxy needs certificate checks even when the target URL is plain http."""
-    return any(v.lower().startswith("https:") for k, v in os.environ.items()
-               if k.lower().endswith("_proxy"))
+def _env_proxies() -> list[str]:
+    """The proxy URLs httpx would honour from the environment (NO_PROXY routes nothing). An
+    https:// one needs certificate checks even when the target URL is plain http."""
+    return [v for k, v in os.environ.items()
+            if v and k.lower().endswith("_proxy") and k.lower() != "no_proxy"]

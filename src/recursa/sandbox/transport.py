@@ -151,31 +151,31 @@ def kill_tree(pid: int, *, alive: bool = True, marker: str | None = None) -> Non
                 os.kill(p, signal.SIGKILL)
 
 
-class _WritePipeProtocol(asyncio.streams.FlowControlMixin, asyncio.Protocol):
-    """Flow control for a write pipe, so StreamWriter.drain() works on it; `gone` is done once
-    the transport has closed its pipe."""
+class _Gone(asyncio.BaseProtocol):
+    """A pipe protocol whose `gone` is done once the transport has closed its pipe."""
+
+    gone: asyncio.Future[None]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if not self.gone.done():
+            self.gone.set_result(None)
+
+
+class _WritePipeProtocol(_Gone, asyncio.streams.FlowControlMixin, asyncio.Protocol):
+    """Flow control for a write pipe, so StreamWriter.drain() works on it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         super().__init__(loop)
-        self.gone: asyncio.Future[None] = loop.create_future()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        if not self.gone.done():
-            self.gone.set_result(None)
+        self.gone = loop.create_future()
 
 
-class _ReadPipeProtocol(asyncio.StreamReaderProtocol):
-    """A StreamReader's protocol whose `gone` is done once the transport has closed its pipe."""
+class _ReadPipeProtocol(_Gone, asyncio.StreamReaderProtocol):
+    """A StreamReader's protocol."""
 
     def __init__(self, reader: asyncio.StreamReader, loop: asyncio.AbstractEventLoop):
         super().__init__(reader, loop=loop)
-        self.gone: asyncio.Future[None] = loop.create_future()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        super().connection_lost(exc)
-        if not self.gone.done():
-            self.gone.set_result(None)
+        self.gone = loop.create_future()
 
 
 def loop_closes_pipe_fds(loop: asyncio.AbstractEventLoop) -> bool:
