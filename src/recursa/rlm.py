@@ -217,15 +217,9 @@ class RLM:
         from recursa.models.cache import cached
         if not isinstance(spec, str):
             return cached(spec, self.cache, nondeterministic=self.cache_nondeterministic)
-        from recursa.models import make_client
-        opts = dict(self.client_options)
-        if base_url and spec.split(":", 1)[0] not in ("local", "replay"):   # those have no URL
-            opts["base_url"] = base_url
-        if api_key:
-            opts["api_key"] = api_key
-        if self.prices:
-            opts["prices"] = self.prices
-        client = make_client(spec, **opts)
+        from recursa.models import make_run_client
+        opts = {**self.client_options, **({"prices": self.prices} if self.prices else {})}
+        client = make_run_client(spec, opts, base_url=base_url, api_key=api_key)
         owned.append(client)
         return cached(client, self.cache, nondeterministic=self.cache_nondeterministic)
 

@@ -28,8 +28,8 @@ from .retry import EmptyResponseError, RetryPolicy, RetryStats
 __all__ = [
     "PREFIXES", "REGISTRY", "EmptyResponseError", "FetchError", "Price", "ReplayClient",
     "ReplayExhausted", "RetryPolicy", "RetryStats", "cost_usd", "default_model_spec",
-    "fetch_model", "is_fetched", "local_models", "make_client", "model_path", "price_for",
-    "register_price",
+    "fetch_model", "is_fetched", "local_models", "make_client", "make_run_client", "model_path",
+    "price_for", "register_price",
 ]
 
 PREFIXES = ("openai", "openrouter", "vllm", "anthropic", "gemini", "azure", "bedrock", "litellm",
@@ -66,6 +66,18 @@ def _bad_spec(spec: str, why: str) -> ValueError:
         hint = f" Did you mean 'local:{spec}'?"
     return ValueError(f"model spec {spec!r}: {why}. Use PREFIX:MODEL with PREFIX one of "
                       f"{', '.join(p + ':' for p in PREFIXES)}.{hint}")
+
+
+def make_run_client(spec: str, options: Mapping[str, Any], *, base_url: str | None,
+                    api_key: str | None) -> ModelClient:
+    """make_client for one of a run's models, with `options` for its constructor: the run's
+    `base_url` goes only to providers that have an endpoint (local: and replay: have none)."""
+    opts = dict(options)
+    if base_url and spec.split(":", 1)[0] not in ("local", "replay"):
+        opts["base_url"] = base_url
+    if api_key:
+        opts["api_key"] = api_key
+    return make_client(spec, **opts)
 
 
 def make_client(spec: str, *, base_url: str | None = None, api_key: str | None = None,

@@ -18,9 +18,7 @@ DEFAULT_MAX_SECONDS = 900.0   # a server should not let one request run forever
 
 
 def _missing_extra(e: ImportError, command: str) -> int:
-    from rich.markup import escape
-
-    from recursa.cli import stderr_console
+    from recursa.cli import escape, stderr_console
     err = stderr_console()
     from recursa.extras import MissingExtra
     msg = str(e) if isinstance(e, MissingExtra) else str(

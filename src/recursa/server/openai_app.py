@@ -111,21 +111,17 @@ class ServerConfig:
         if not isinstance(spec, str):
             return spec
         if spec not in self.shared_clients:
-            from recursa.models import make_client
+            from recursa.models import make_run_client
             provider = spec.split(":", 1)[0]
             same = root or (isinstance(self.model, str) and
                             self.model.split(":", 1)[0] == provider)
             base_url = self.base_url if root else (self.sub_base_url or
                                                   (self.base_url if same else None))
-            opts: dict[str, Any] = dict(self.client_options)
-            if base_url and provider not in ("local", "replay"):   # as RLM._client does
-                opts["base_url"] = base_url
             key = self.upstream_api_key if same else None
             if not root and self.sub_api_key:
                 key = self.sub_api_key
-            if key:
-                opts["api_key"] = key
-            self.shared_clients[spec] = make_client(spec, **opts)
+            self.shared_clients[spec] = make_run_client(spec, self.client_options,
+                                                        base_url=base_url, api_key=key)
         return self.shared_clients[spec]
 
     async def aclose_clients(self) -> None:
