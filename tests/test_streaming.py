@@ -41,6 +41,18 @@ def _collect() -> tuple[list[tuple[str, int]], Any]:
     return got, lambda piece, offset: got.append((piece, offset))
 
 
+async def _stream_and_complete(c: Any, **opts: Any) -> tuple[list[tuple[str, int]], Any, Any]:
+    """A streamed and then a plain completion of MSGS from client `c`, closed after:
+    (the deltas, the streamed completion, the plain one)."""
+    try:
+        got, on_delta = _collect()
+        streamed = await c.astream(MSGS, on_delta, **opts)
+        plain = await c.complete(MSGS, **opts)
+    finally:
+        await c.aclose()
+    return got, streamed, plain
+
+
 def _assert_same_completion(got: list[tuple[str, int]], streamed: Any, plain: Any,
                             cached_tokens: int) -> None:
     """The deltas make up the streamed text, which is the plain call's; usage (with its cached
@@ -53,12 +65,7 @@ def _assert_same_completion(got: list[tuple[str, int]], streamed: Any, plain: An
 # ---------------------------------------------------------------- clients
 async def test_openai_stream_same_completion_as_complete(srv):
     c = OpenAIClient("m", base_url=srv.base_url, prices=PRICES, retry_base_delay=0.01)
-    try:
-        got, on_delta = _collect()
-        streamed = await c.astream(MSGS, on_delta, max_tokens=50)
-        plain = await c.complete(MSGS, max_tokens=50)
-    finally:
-        await c.aclose()
+    got, streamed, plain = await _stream_and_complete(c, max_tokens=50)
     body = srv.requests[0]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert "stream" not in srv.requests[1]
@@ -81,12 +88,7 @@ async def test_openrouter_reported_cost_is_the_same_streamed():
 async def test_anthropic_stream_same_completion_as_complete(srv):
     c = AnthropicClient("claude-sonnet-4-5", base_url=srv.anthropic_base_url, api_key="x",
                         retry_base_delay=0.01)
-    try:
-        got, on_delta = _collect()
-        streamed = await c.astream(MSGS, on_delta, max_tokens=50)
-        plain = await c.complete(MSGS, max_tokens=50)
-    finally:
-        await c.aclose()
+    got, streamed, plain = await _stream_and_complete(c, max_tokens=50)
     assert srv.requests[0]["stream"] is True
     _assert_same_completion(got, streamed, plain, cached_tokens=3)
 
@@ -96,12 +98,7 @@ async def test_azure_stream_same_completion_as_complete():
     from recursa.models import make_client
     with ProviderFake(cached_tokens=2) as fake:
         c = make_client("azure:my-4o-mini", azure_endpoint=fake.url, api_key="az-key")
-        try:
-            got, on_delta = _collect()
-            streamed = await c.astream(MSGS, on_delta)
-            plain = await c.complete(MSGS)
-        finally:
-            await c.aclose()
+        got, streamed, plain = await _stream_and_complete(c)
         assert fake.requests[0]["body"]["stream"] is True
     _assert_same_completion(got, streamed, plain, cached_tokens=2)
     assert streamed.model == plain.model == "gpt-4o-mini-2024-07-18"
@@ -130,12 +127,7 @@ async def test_gemini_stream_same_completion_as_complete():
     from recursa.models import make_client
     with ProviderFake(cached_tokens=2) as fake:
         c = make_client("gemini:gemini-2.5-flash", base_url=fake.url, api_key="gk-test")
-        try:
-            got, on_delta = _collect()
-            streamed = await c.astream(MSGS, on_delta)
-            plain = await c.complete(MSGS)
-        finally:
-            await c.aclose()
+        got, streamed, plain = await _stream_and_complete(c)
         assert "streamGenerateContent" in fake.requests[0]["path"]
     _assert_same_completion(got, streamed, plain, cached_tokens=2)
     assert "thinking" not in streamed.text                     # thoughts are not the reply
