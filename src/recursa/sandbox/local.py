@@ -9,9 +9,10 @@ What is enforced (all configurable):
     (`max_processes`, default 64, threads count) through a control group of the sandbox's own
     where the host can make one (cgroup v2 or v1), else a host-side watch of the tree's resident
     memory that stops and restarts the worker; `tree_limits` and `isolation` say which;
-  * a cap on the workspace's total size (`disk_mb`), watched by the host while a cell runs:
-    over it, the worker is killed and restarted and the workspace emptied (a per-file limit
-    alone would let many files fill the disk);
+  * a cap on the workspace's total size (`disk_mb`), watched by the host from start to close,
+    between cells too: over it, the worker is killed and restarted and the workspace emptied
+    (a per-file limit alone would let many files fill the disk); a breach between cells is
+    reported by the next cell;
   * with bubblewrap: no network, a private pid/ipc/uts namespace, only /usr (+ /bin, /lib
     links), a few /etc files, the Python installation (read-only, at /recursa/python), the
     worker and the context (read-only, at /recursa/), the workspace (at /workspace) and a
@@ -632,6 +633,7 @@ class LocalSandbox:
         self._session: WorkerSession | None = None
         self._cgroup: RunCgroup | None = None
         self._disk_entries = 0          # files in the workspace at the last look
+        self._watcher: asyncio.Task[None] | None = None
         self._closed = False
         self.isolation = self._describe()
 
@@ -688,17 +690,22 @@ class LocalSandbox:
                             "watching its memory from the host instead", exc)
                 self._cg_host = None
                 self.isolation = self._describe()
+        forked = False
         if self.use_zygote:
             try:
                 await self._start_forked(payload, handler)
-                return
+                forked = True
             except _ZygoteUnusable as exc:
                 _NO_ZYGOTE.add(self.config)
                 self.use_zygote = False
                 log.warning("recursa: the sandbox zygote is not usable here (%s); starting "
                             "each worker on its own", exc)
                 self.isolation = self._describe()
-        await self._start_spawned(payload, handler)
+        if not forked:
+            await self._start_spawned(payload, handler)
+        if (self.disk_mb and self.workspace) or self.memory_mb or self._cgroup is not None:
+            # Limits hold between cells too: one watch from start to close.
+            self._watcher = asyncio.create_task(self._watch())
 
     async def _start_forked(self, payload: ContextPayload, handler: CallHandler) -> None:
         host = zygote_host(self.config, self.config.zygote_command)
@@ -833,16 +840,7 @@ class LocalSandbox:
             raise SandboxError("the sandbox was not started")
         session = self._session
         watch_disk = bool(self.disk_mb and self.workspace)
-        watch_mem = bool(self.memory_mb)
-        if not watch_disk and not watch_mem and self._cgroup is None:
-            return await session.run(code, timeout=timeout, max_output_chars=max_output_chars)
-        watch = asyncio.create_task(self._watch(session, watch_disk))
-        try:
-            cell = await session.run(code, timeout=timeout, max_output_chars=max_output_chars)
-        finally:
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
+        cell = await session.run(code, timeout=timeout, max_output_chars=max_output_chars)
         if watch_disk and await self._disk_used() is None:   # written faster than we looked
             await asyncio.to_thread(self._empty_workspace)
             cell.stderr = (f"note: the workspace exceeded its {self.disk_mb} MB limit; its "
@@ -900,35 +898,55 @@ class LocalSandbox:
                            lambda rss: None if loop.call_soon_threadsafe(over.set) else None,
                            uid=self.uid, root=None if self.uid is not None else pid)
 
-    async def _watch(self, session: WorkerSession, watch_disk: bool) -> None:
-        """While a cell runs, stop the worker (it restarts) when its workspace passes
+    async def _watch(self) -> None:
+        """From start to close (between cells too), stop the worker when its workspace passes
         `disk_mb` (and empty the workspace: a per-file limit alone would let many files fill
-        the host's disk), or when its processes together pass `memory_mb`."""
+        the host's disk), or when its processes together pass `memory_mb`. During a cell the
+        cell reports it and the worker restarts; between cells the next cell restarts it and
+        says why (session.abort)."""
         over = asyncio.Event()
-        key = self._watch_memory(session, over)
+        key: int | None = None
+        watched: Any = None        # the worker incarnation (transport) being watched
+        stopped: Any = None        # one we stopped: nothing more to do until it is replaced
         loop = asyncio.get_running_loop()
         next_disk = loop.time() + self.disk_poll
+        watch_disk = bool(self.disk_mb and self.workspace)
         try:
             while True:
                 await asyncio.sleep(self.disk_poll)
+                session = self._session
+                if session is None:
+                    return
+                transport = session._transport
+                if session.starting or transport is None or transport is stopped:
+                    continue
+                if transport is not watched:   # a new worker: watch its tree
+                    if key is not None:
+                        WATCH.unwatch(key)
+                    over.clear()
+                    key = self._watch_memory(session, over)
+                    watched = transport
+                when = "" if session.in_cell else "between cells, "
                 if over.is_set() or (self._cgroup is not None and self._cgroup.over_memory()):
                     # The group's members now, not later: the restarted worker joins it too.
                     old = self._cgroup.pids() if self._cgroup is not None else []
-                    await session.abort(self._memory_reason())
+                    stopped = transport
+                    await session.abort(when + self._memory_reason())
                     for pid in old:   # anything that left the worker's tree
                         with contextlib.suppress(ProcessLookupError, PermissionError):
                             os.kill(pid, signal.SIGKILL)
                     if self._cgroup is not None:
                         self._cgroup.rearm()
-                    return
+                    continue
                 if watch_disk and loop.time() >= next_disk:
                     used = await self._disk_used()
                     if used is None:
-                        await session.abort(f"its workspace exceeded the {self.disk_mb} MB "
-                                            f"limit, so it was stopped and the workspace "
+                        stopped = transport
+                        await session.abort(f"{when}its workspace exceeded the {self.disk_mb} "
+                                            f"MB limit, so it was stopped and the workspace "
                                             f"emptied")
                         await asyncio.to_thread(self._empty_workspace)
-                        return
+                        continue
                     next_disk = loop.time() + self._disk_wait(used)
         finally:
             if key is not None:
@@ -939,6 +957,11 @@ class LocalSandbox:
             return
         self._closed = True
         session, self._session = self._session, None
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
         try:
             if session is not None:
                 await asyncio.shield(session.close())

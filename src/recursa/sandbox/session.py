@@ -1,4 +1,13 @@
-"""Host side of the worker protocol: one worker, its calls, timeouts and restarts."""
+"""Host side of the worker protocol: one worker, its calls, timeouts and restarts.
+
+The worker's frames are untrusted (user code can write to the protocol's descriptors), so the
+host reads them only while it waits for something (the worker's `ready`, a cell's `done`):
+between cells nothing is read and a worker that writes anyway blocks on a full pipe. Each frame
+is bounded by its type before it is parsed (`protocol.FrameLimits`), large ones are parsed off
+the event loop, calls in flight are bounded in bytes (beyond, reading pauses until they
+finish), frames nobody asked for are dropped and counted, and a worker that breaks the
+protocol is killed and its run stopped with a `SandboxError` that says why.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +49,10 @@ class _WorkerDied(Exception):
     pass
 
 
+class _Breach(Exception):
+    """The worker broke the protocol (what it sent no honest worker sends)."""
+
+
 class WorkerSession:
     """Owns one worker over a `Transport`, restarting it (and reloading the context) as needed.
 
@@ -51,7 +65,7 @@ class WorkerSession:
 
     def __init__(self, transport_factory: Callable[[], Transport], *, context_path: str | None,
                  kind: str, handler: CallHandler, start_timeout: float = 60.0,
-                 interrupt_grace: float = 2.0):
+                 interrupt_grace: float = 2.0, limits: protocol.FrameLimits | None = None):
         self._factory = transport_factory
         self._context_path = context_path
         self._kind = kind
@@ -65,6 +79,17 @@ class WorkerSession:
         self._outstanding = 0
         self._send_lock = asyncio.Lock()
         self._ids = itertools.count(1)
+        self.limits = limits or protocol.LIMITS
+        self._want = asyncio.Event()      # the read loop reads only while this is set
+        self._starting = False            # waiting for ready / init_error
+        self._cell: str | None = None     # the exec whose done we wait for
+        self._cell_cap = 0                # its max_output_chars
+        self._in_flight = 0               # bytes of the calls being served
+        self._flight_freed = asyncio.Event()
+        self._cell_dropped = [0, 0]       # frames, bytes dropped during the current cell
+        self.dropped_frames = 0           # frames the host did not ask for, over the session
+        self.dropped_bytes = 0
+        self.breach: str | None = None    # how the worker broke the protocol; the end of it
         self._broken: str | None = None   # set when the worker must be restarted before use
         self._abort_reason: str | None = None   # why the host killed the worker (abort())
         self._closed = False
@@ -86,6 +111,10 @@ class WorkerSession:
         self._transport = transport
         self._events = asyncio.Queue()
         self._outstanding = 0
+        self._in_flight = 0
+        self._cell = None
+        self._starting = True
+        self._want.set()
         self.start_failure = None
         try:
             await transport.start()
@@ -98,6 +127,10 @@ class WorkerSession:
             await self._send({"type": "init", "context_path": self._context_path,
                               "kind": self._kind})
             msg = await asyncio.wait_for(self._next_message(), self._start_timeout)
+        except _Breach as exc:
+            self.start_failure = "died"
+            await self._kill()
+            raise SandboxError(self._breach_message(str(exc))) from None
         except (TimeoutError, _WorkerDied, ConnectionError) as exc:
             self.start_failure = "timeout" if isinstance(exc, TimeoutError) else "died"
             why = transport.diagnostics()
@@ -121,6 +154,9 @@ class WorkerSession:
         await self._kill()
 
     async def _kill(self) -> None:
+        self._want.clear()
+        self._cell = None
+        self._starting = False
         for task in list(self._calls):
             task.cancel()
         self._calls.clear()
@@ -130,10 +166,24 @@ class WorkerSession:
         if self._transport is not None:
             await self._transport.kill()
 
+    @property
+    def in_cell(self) -> bool:
+        """Whether a cell is running (its done not yet received)."""
+        return self._cell is not None
+
+    @property
+    def starting(self) -> bool:
+        """Whether a worker is being started (its ready not yet received)."""
+        return self._starting
+
     async def abort(self, reason: str) -> None:
-        """Kill the worker now (e.g. a host-side limit was hit); the running cell reports
-        `reason` and the worker is restarted as if it had died."""
-        self._abort_reason = reason
+        """Kill the worker now (e.g. a host-side limit was hit). A running cell reports
+        `reason` and the worker is restarted as if it had died; between cells, the next cell
+        restarts it first and says why."""
+        if self._cell is None:
+            self._broken = self._broken or reason
+        else:
+            self._abort_reason = reason
         if self._transport is not None:
             await self._transport.kill()
 
@@ -154,27 +204,94 @@ class WorkerSession:
                          ) -> None:
         try:
             while True:
+                await self._want.wait()      # nothing is read unless the host waits for it
+                while self._in_flight > self.limits.in_flight_bytes:
+                    self._flight_freed.clear()   # the worker's writes block meanwhile
+                    await self._flight_freed.wait()
                 n = protocol.decode_length(await transport.receive(protocol.HEADER.size))
-                msg = protocol.decode_body(await transport.receive(n))
-                if msg["type"] == "call":
-                    self._outstanding += 1
-                    task = asyncio.create_task(self._serve_call(msg, events))
-                    self._calls.add(task)
-                    task.add_done_callback(self._calls.discard)
-                    events.put_nowait(("wake", None))
-                else:
-                    events.put_nowait(("msg", msg))
+                msg, n = await self._read_frame(transport, n)
+                self._dispatch(msg, n, events)
         except asyncio.CancelledError:
             raise
         except EOFError:
             events.put_nowait(("dead", None))
         except protocol.ProtocolError as exc:
-            events.put_nowait(("dead", f"it sent a malformed message ({exc})"))
+            events.put_nowait(("breach", str(exc)))
         except Exception as exc:  # transport failure of any kind: same as a dead worker
             events.put_nowait(("dead", f"{type(exc).__name__}: {exc}"))
 
-    async def _serve_call(self, msg: dict[str, Any], events: asyncio.Queue[tuple[str, Any]]
-                          ) -> None:
+    async def _read_frame(self, transport: Transport, n: int) -> tuple[dict[str, Any], int]:
+        """One frame's body, bounded by what may come now, parsed (off the loop if large)."""
+        lim = self.limits
+        cap = self._cell_cap if self._cell is not None else None
+        most = lim.frame_bytes(cap)
+        if n > most:   # refused before reading it
+            raise protocol.ProtocolError(f"it sent a frame of {n} bytes; at most {most} may "
+                                         f"come {'during a cell' if cap else 'now'}")
+        body = await transport.receive(n)
+        if cap is not None and not body.startswith(protocol.CALL_PREFIX) \
+                and n > lim.done_bytes(cap):
+            raise protocol.ProtocolError(f"it sent a frame of {n} bytes that is not a call; "
+                                         f"at most {lim.done_bytes(cap)} may come")
+        if n <= lim.parse_inline_bytes:
+            msg = self._parse(body)
+        else:   # a thread (it holds the GIL while parsing, but the loop gets turns between)
+            msg = await asyncio.to_thread(self._parse, body)
+        protocol.check_frame(body, msg, lim, cap)
+        return msg, n
+
+    def _parse(self, body: bytes) -> dict[str, Any]:
+        values = protocol.count_values(body, self.limits.values)
+        if values > self.limits.values:
+            raise protocol.ProtocolError(f"it sent a frame of about {values} JSON values; at "
+                                         f"most {self.limits.values} are accepted")
+        return protocol.decode_body(body)
+
+    def _dispatch(self, msg: dict[str, Any], n: int,
+                  events: asyncio.Queue[tuple[str, Any]]) -> None:
+        """Serve a call, deliver what the host waits for, drop (and count) the rest."""
+        kind = msg["type"]
+        if kind == "call" and self._cell is not None:
+            self._outstanding += 1
+            self._in_flight += n
+            task = asyncio.create_task(self._serve_call(msg, events, n))
+            self._calls.add(task)
+            task.add_done_callback(self._calls.discard)
+            events.put_nowait(("wake", None))
+        elif kind == "done" and self._cell is not None and msg.get("id") == self._cell:
+            try:
+                protocol.check_done(msg, self.limits, self._cell_cap)
+            except protocol.ProtocolError as exc:
+                raise protocol.ProtocolError(f"{exc} (a done frame no worker sends)") from None
+            self._cell = None
+            self._want.clear()   # anything after the done waits in the pipe
+            events.put_nowait(("msg", msg))
+        elif kind in ("ready", "init_error") and self._starting:
+            self._starting = False
+            self._want.clear()
+            events.put_nowait(("msg", msg))
+        elif kind in ("call", "done", "ready", "init_error", "pong", "protocol_error"):
+            if kind == "protocol_error":
+                log.warning("sandbox worker reported: %.500s", msg.get("error"))
+            self.dropped_frames += 1
+            self.dropped_bytes += n
+            self._cell_dropped[0] += 1
+            self._cell_dropped[1] += n
+            frames, nbytes = self._cell_dropped
+            if frames > self.limits.unrequested_frames or \
+                    nbytes > self.limits.unrequested_bytes:
+                raise protocol.ProtocolError(
+                    f"it sent {frames} frames ({nbytes} bytes) the host did not ask for")
+        else:
+            raise protocol.ProtocolError(f"it sent a frame of unknown type {kind[:40]!r}")
+
+    def _breach_message(self, reason: str) -> str:
+        self.breach = self.breach or reason
+        return (f"the sandbox worker broke the protocol: {reason}. Model code wrote to the "
+                f"host's channel; the worker was killed and this sandbox cannot be used again")
+
+    async def _serve_call(self, msg: dict[str, Any], events: asyncio.Queue[tuple[str, Any]],
+                          size: int = 0) -> None:
         cid, kind = msg.get("id"), str(msg.get("kind"))
         raw = msg.get("args")
         args: dict[str, Any] = raw if isinstance(raw, dict) else {}
@@ -190,6 +307,8 @@ class WorkerSession:
                 await self._send({"type": "result", "id": cid, "value": value})
         finally:
             self._outstanding -= 1
+            self._in_flight -= size
+            self._flight_freed.set()
             events.put_nowait(("wake", None))
 
     async def _next_message(self) -> dict[str, Any]:
@@ -199,11 +318,15 @@ class WorkerSession:
                 return payload
             if kind == "dead":
                 raise _WorkerDied(payload or "")
+            if kind == "breach":
+                raise _Breach(payload)
 
     # ------------------------------------------------------------ cells
     async def run(self, code: str, *, timeout: float, max_output_chars: int) -> Cell:
         if self._closed:
             raise SandboxError("the sandbox is closed")
+        if self.breach is not None:
+            raise SandboxError(self._breach_message(self.breach))
         prefix = None
         if self._broken is not None:
             lost = self.variables
@@ -219,16 +342,27 @@ class WorkerSession:
         return await self._run(code, timeout, max_output_chars)
 
     async def _run(self, code: str, timeout: float, max_output_chars: int) -> Cell:
-        cell_id = f"x{next(self._ids)}"
+        # Unguessable: a done forged between cells cannot match the next cell's id.
+        cell_id = f"x{next(self._ids)}-{secrets.token_hex(8)}"
         t_start = time.perf_counter()
         try:
-            return await self._run_inner(cell_id, code, timeout, max_output_chars, t_start)
+            cell = await self._run_inner(cell_id, code, timeout, max_output_chars, t_start)
+        except _Breach as exc:
+            await self._kill()
+            raise SandboxError(self._breach_message(str(exc))) from None
         except asyncio.CancelledError:
             # The worker is mid-cell and nobody will wait for it: stop it now, restart lazily.
             self._broken = "the previous cell was cancelled"
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._kill())
             raise
+        finally:
+            self._cell = None
+        dropped, self._cell_dropped = self._cell_dropped[0], [0, 0]
+        if dropped:
+            cell.stderr = (f"note: the host ignored {dropped} messages from the REPL process "
+                           f"that it had not asked for\n") + cell.stderr
+        return cell
 
     async def _run_inner(self, cell_id: str, code: str, timeout: float, max_output_chars: int,
                          t_start: float) -> Cell:
@@ -237,6 +371,17 @@ class WorkerSession:
             kind, payload = self._events.get_nowait()
             if kind == "dead":
                 return await self._died(payload, t_start, cell_id=None)
+            if kind == "breach":
+                raise _Breach(payload)
+        try:   # a worker that died while idle (nothing is read between cells)
+            exited = getattr(self._transport, "returncode", None) is not None
+        except NotImplementedError:
+            exited = False
+        if exited:
+            return await self._died(None, t_start, cell_id=None)
+        self._cell, self._cell_cap = cell_id, int(max_output_chars)
+        self._cell_dropped = [0, 0]
+        self._want.set()
         try:
             await self._send({"type": "exec", "id": cell_id, "code": code,
                               "max_output_chars": int(max_output_chars)})
@@ -259,16 +404,20 @@ class WorkerSession:
             busy = self._outstanding > 0
             if kind == "dead":
                 return await self._died(payload, t_start, cell_id)
-            if kind == "msg":
-                if payload.get("type") == "done" and payload.get("id") == cell_id:
-                    return self._cell_from(payload)
-                if payload.get("type") == "protocol_error":
-                    log.warning("sandbox worker reported: %s", payload.get("error"))
+            if kind == "breach":
+                raise _Breach(payload)
+            if kind == "msg" and payload.get("type") == "done" and payload.get("id") == cell_id:
+                return self._cell_from(payload)
             if not busy and used >= timeout:
                 return await self._timed_out(cell_id, timeout, t_start)
 
     def _cell_from(self, msg: dict[str, Any]) -> Cell:
         fields = {k: v for k, v in msg.items() if k in _CELL_FIELDS}
+        names = fields.get("variables")
+        if isinstance(names, list):   # they feed prompts (compaction): a bounded list
+            lim = self.limits
+            fields["variables"] = [v for v in names if isinstance(v, str)
+                                   and len(v) <= lim.variable_chars][:lim.variables]
         try:
             cell = Cell(**fields)
         except Exception as exc:  # a worker that answers nonsense is a broken worker
@@ -292,6 +441,8 @@ class WorkerSession:
                 break
             if kind == "dead":
                 break
+            if kind == "breach":
+                raise _Breach(payload)
             if (kind == "msg" and payload.get("type") == "done"
                     and payload.get("id") == cell_id):
                 cell = self._cell_from(payload)
