@@ -1,0 +1,76 @@
+"""Limits hold between cells: a thread or child process that a cell left running cannot pass
+the workspace's disk cap or the tree's memory cap while the session is idle. The host watch runs
+from start to close; it stops the worker, and the next cell restarts it and says why."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from recursa.sandbox.local import disk_usage
+from test_sandbox import run
+from test_sandbox_isolation import HAVE_BWRAP
+from test_sandbox_treelimits import MECHS, started
+
+MODES = ["bwrap", "limits"] if HAVE_BWRAP else ["limits"]
+
+# 32 MiB written by a thread after its cell returned, in 1 MiB steps.
+LATE_WRITER = (
+    "import threading, time\n"
+    "def fill():\n"
+    "    time.sleep(0.3)\n"
+    "    with open('late.bin', 'wb') as f:\n"
+    "        for _ in range(32):\n"
+    "            f.write(b'\\0' * (1 << 20)); f.flush(); time.sleep(0.02)\n"
+    "threading.Thread(target=fill, daemon=True).start()\n"
+    "kept = 1\n"
+    "print('cell returned')")
+
+# Four children of 100 MB each, started by a cell that returns at once; together over 300 MB.
+LATE_CHILDREN = (
+    "import subprocess, sys\n"
+    "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(0.5); "
+    "b = bytearray(100 * 2**20); time.sleep(60)']) for _ in range(4)]\n"
+    "kept = 1\n"
+    "print('cell returned')")
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_disk_cap_holds_between_cells(mode, tmp_path):
+    sb = await started(tmp_path, isolation=mode, disk_mb=10, file_size_mb=64)
+    try:
+        cell = await run(sb, LATE_WRITER)
+        assert cell.stdout == "cell returned\n" and not cell.restarted, cell
+        await asyncio.sleep(3)   # idle: nobody runs a cell
+        assert sb.workspace is not None
+        used = disk_usage(sb.workspace, limit=1 << 40)
+        assert used is not None and used < 10 << 20, f"{used} bytes in the workspace"
+        nxt = await run(sb, "print('next', 'kept' in globals())")
+        assert nxt.stdout == "next False\n", nxt
+        assert nxt.restarted and "kept" in nxt.lost_variables
+        assert "between cells" in nxt.stderr and "10 MB limit" in nxt.stderr, nxt.stderr
+        again = await run(sb, "print('again')")
+        assert again.stdout == "again\n" and not again.restarted and again.stderr == ""
+    finally:
+        await sb.close()
+
+
+@pytest.mark.parametrize(("cgroups", "how"), MECHS)
+async def test_the_memory_cap_holds_between_cells(cgroups, how, tmp_path):
+    sb = await started(tmp_path, memory_mb=300, cgroups=cgroups)
+    try:
+        cell = await run(sb, LATE_CHILDREN)
+        assert cell.stdout == "cell returned\n" and not cell.restarted, cell
+        before = set(sb.processes())
+        await asyncio.sleep(4)
+        left = [p for p in before if os.path.exists(f"/proc/{p}")
+                and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+        assert not left, f"the tree over its limit still runs while idle: {left}"
+        nxt = await run(sb, "print('next')")
+        assert nxt.stdout == "next\n" and nxt.restarted, nxt
+        assert "between cells" in nxt.stderr or "between cells" in (nxt.error or ""), nxt
+        assert "300 MB memory limit" in nxt.stderr + (nxt.error or ""), nxt
+    finally:
+        await sb.close()
