@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+import sandbox_asuser
 from recursa.sandbox.local import disk_usage
 from test_sandbox import run
+from test_sandbox_frames import alive
 from test_sandbox_isolation import HAVE_BWRAP
 from test_sandbox_treelimits import MECHS, started
 
@@ -65,8 +70,7 @@ async def test_the_memory_cap_holds_between_cells(cgroups, how, tmp_path):
         assert cell.stdout == "cell returned\n" and not cell.restarted, cell
         before = set(sb.processes())
         await asyncio.sleep(4)
-        left = [p for p in before if os.path.exists(f"/proc/{p}")
-                and open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+        left = [p for p in before if alive(p)]
         assert not left, f"the tree over its limit still runs while idle: {left}"
         nxt = await run(sb, "print('next')")
         assert nxt.stdout == "next\n" and nxt.restarted, nxt
@@ -74,3 +78,27 @@ async def test_the_memory_cap_holds_between_cells(cgroups, how, tmp_path):
         assert "300 MB memory limit" in nxt.stderr + (nxt.error or ""), nxt
     finally:
         await sb.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can run the tests as another uid")
+def test_frames_and_idle_limits_hold_as_an_unprivileged_user(tmp_path):
+    """This module and the frame attacks again as an unprivileged uid: the zygote in a user
+    namespace, no uid of its own, no cgroups (the host watch follows the run's pid)."""
+    why = sandbox_asuser.usable()
+    if why:
+        pytest.skip(f"cannot run as an unprivileged user: {why}")
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": f"{here.parent / 'src'}:{here}"}
+    cmd = sandbox_asuser.command([
+        sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", "-m", "",
+        "-k", "not unprivileged_user",
+        str(here / "test_sandbox_idle_limits.py"), str(here / "test_sandbox_frames.py")])
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
+                         cwd=str(here.parent))
+    tail = out.stdout[-4000:] + out.stderr[-2000:]
+    assert out.returncode == 0, tail
+    for name in ("test_the_disk_cap_holds_between_cells",
+                 "test_the_memory_cap_holds_between_cells",
+                 "test_a_frame_of_nested_empty_objects_is_refused_before_parsing"):
+        assert f"{name}" in out.stdout and "FAILED" not in out.stdout, tail
