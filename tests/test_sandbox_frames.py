@@ -257,3 +257,27 @@ async def test_other_runs_feel_nothing(tmp_path):
     finally:
         await attacked.close()
         await other.close()
+
+
+def test_the_value_count_ignores_separators_inside_strings():
+    """`count_values` is an upper bound of a frame's JSON values that honest frames (prose full
+    of commas) stay far under, whichever way it finds the strings."""
+    import json
+    import random
+
+    from recursa.sandbox import protocol
+
+    rng = random.Random(7)
+    alphabet = ['a', ',', ':', '"', '\\', '{', '[', ' ', 'é']
+    for _ in range(300):
+        doc = {"s": "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))),
+               "l": [rng.choice(["x,y", 1, {"k:": "v,"}, [], "\\"]) for _ in range(5)]}
+        body = json.dumps(doc, ensure_ascii=False).encode()
+        inside = protocol._separators_in_strings(body, 1000)
+        skeleton = protocol._STRING.sub(b'""', body)
+        assert inside is not None
+        assert protocol.quick_count(body) - inside == protocol.quick_count(skeleton), body
+    prose = json.dumps({"type": "call", "args": {"prompt": "a, b: c, " * 200_000}}).encode()
+    assert protocol.count_values(prose, protocol.LIMITS.values) < 3000
+    objects = b'{"args": [' + b'{},' * 300_000 + b'{}]}'
+    assert protocol.count_values(objects, protocol.LIMITS.values) > 300_000

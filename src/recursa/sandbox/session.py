@@ -27,6 +27,7 @@ from recursa.types import CallHandler, Cell, SandboxError
 log = logging.getLogger("recursa.sandbox")
 
 _CELL_FIELDS = set(Cell.model_fields)
+_STEP = 1 << 20   # a large frame is read (and its separators counted) this much at a time
 _BATCH_KINDS = {"llm_batch": "prompts", "rlm_batch": "prompts"}
 
 
@@ -228,20 +229,34 @@ class WorkerSession:
         if n > most:   # refused before reading it
             raise protocol.ProtocolError(f"it sent a frame of {n} bytes; at most {most} may "
                                          f"come {'during a cell' if cap else 'now'}")
-        body = await transport.receive(n)
-        if cap is not None and not body.startswith(protocol.CALL_PREFIX) \
-                and n > lim.done_bytes(cap):
-            raise protocol.ProtocolError(f"it sent a frame of {n} bytes that is not a call; "
-                                         f"at most {lim.done_bytes(cap)} may come")
         if n <= lim.parse_inline_bytes:
-            msg = self._parse(body)
+            body = await transport.receive(n)
+            quick = None
+        else:   # in steps, letting other tasks run between them
+            first = await transport.receive(min(n, _STEP))
+            if cap is not None and not first.startswith(protocol.CALL_PREFIX) \
+                    and n > lim.done_bytes(cap):
+                raise protocol.ProtocolError(
+                    f"it sent a frame of {n} bytes that is not a call; at most "
+                    f"{lim.done_bytes(cap)} may come")
+            parts, got, quick = [first], len(first), protocol.quick_count(first)
+            while got < n:
+                await asyncio.sleep(0)
+                part = await transport.receive(min(n - got, _STEP))
+                quick += protocol.quick_count(part)
+                parts.append(part)
+                got += len(part)
+            body = b"".join(parts)
+            del parts
+        if n <= lim.parse_inline_bytes:
+            msg = self._parse(body, quick)
         else:   # a thread (it holds the GIL while parsing, but the loop gets turns between)
-            msg = await asyncio.to_thread(self._parse, body)
+            msg = await asyncio.to_thread(self._parse, body, quick)
         protocol.check_frame(body, msg, lim, cap)
         return msg, n
 
-    def _parse(self, body: bytes) -> dict[str, Any]:
-        values = protocol.count_values(body, self.limits.values)
+    def _parse(self, body: bytes, quick: int | None) -> dict[str, Any]:
+        values = protocol.count_values(body, self.limits.values, quick)
         if values > self.limits.values:
             raise protocol.ProtocolError(f"it sent a frame of about {values} JSON values; at "
                                          f"most {self.limits.values} are accepted")
