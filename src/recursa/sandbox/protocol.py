@@ -57,7 +57,12 @@ MAX_FRAME = 512 * 1024 * 1024  # a worker sending more than this is treated as b
 
 
 class ProtocolError(Exception):
-    """The byte stream did not hold a valid frame."""
+    """A frame outside the protocol: the worker broke it (its run ends)."""
+
+
+class MalformedFrame(ProtocolError):
+    """The byte stream did not hold a decodable frame. Treated like a crash (the worker is
+    restarted): a damaged stream may come from a remote transport, not only from user code."""
 
 
 def encode(msg: dict[str, Any]) -> bytes:
@@ -69,7 +74,7 @@ def encode(msg: dict[str, Any]) -> bytes:
 def decode_length(header: bytes) -> int:
     (n,) = HEADER.unpack(header)
     if n > MAX_FRAME:
-        raise ProtocolError(f"frame of {n} bytes exceeds the {MAX_FRAME} byte limit")
+        raise MalformedFrame(f"frame of {n} bytes exceeds the {MAX_FRAME} byte limit")
     return n
 
 
@@ -77,9 +82,9 @@ def decode_body(body: bytes) -> dict[str, Any]:
     try:
         msg = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise ProtocolError(f"invalid frame body: {exc}") from None
+        raise MalformedFrame(f"invalid frame body: {exc}") from None
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-        raise ProtocolError("frame is not an object with a 'type'")
+        raise MalformedFrame("frame is not an object with a 'type'")
     return msg
 
 

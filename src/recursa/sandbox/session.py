@@ -6,7 +6,9 @@ between cells nothing is read and a worker that writes anyway blocks on a full p
 is bounded by its type before it is parsed (`protocol.FrameLimits`), large ones are parsed off
 the event loop, calls in flight are bounded in bytes (beyond, reading pauses until they
 finish), frames nobody asked for are dropped and counted, and a worker that breaks the
-protocol is killed and its run stopped with a `SandboxError` that says why.
+protocol is killed and its run stopped with a `SandboxError` that says why (bytes that do not
+decode at all are treated like a crash instead: the worker restarts, as a damaged remote
+stream would need).
 """
 
 from __future__ import annotations
@@ -216,6 +218,8 @@ class WorkerSession:
             raise
         except EOFError:
             events.put_nowait(("dead", None))
+        except protocol.MalformedFrame as exc:   # like a crash: the worker restarts
+            events.put_nowait(("dead", f"it sent a malformed message ({exc})"))
         except protocol.ProtocolError as exc:
             events.put_nowait(("breach", str(exc)))
         except Exception as exc:  # transport failure of any kind: same as a dead worker
