@@ -568,3 +568,27 @@ def test_inprocess_still_caps_output_and_budget(tmp_path):
     assert a.res.subcalls == 2 and "8 refused" in a.feedback
     assert len(a.feedback) < 6000
 
+
+
+# ------------------------------------------------------------------ the protocol channel
+@pytest.mark.parametrize("mode", MODES)
+def test_forged_frames_on_the_host_channel_end_the_run_clearly(mode, tmp_path):
+    # A frame of 5 million empty objects, written straight to the worker's private protocol fd
+    # (tests/test_sandbox_frames.py has the other frame attacks).
+    code = ("import gc, os, struct\n"
+            "ch = [o for o in gc.get_objects() if type(o).__name__ == '_Channel'][0]\n"
+            "body = (b'{\"type\": \"call\", \"id\": \"c9\", \"kind\": \"llm\", \"args\": {\"p\": ['"
+            " + b'{},' * (5 << 20) + b'{}]}}')\n"
+            "data = struct.pack('>I', len(body)) + body\n"
+            "with ch._wlock:\n"
+            "    view = memoryview(data)\n"
+            "    while view:\n"
+            "        view = view[os.write(ch.wfd, view):]\n"
+            "import time; time.sleep(5)")
+    a = attack(tmp_path, mode, code)
+    assert a.res.status == "error", (a.res.status, a.res.error)
+    assert "broke the protocol" in str(a.res.error)
+    assert a.res.turns == 1 and a.feedback == ""          # no second turn: the run ended
+    run = a.run
+    assert run.finished and run.status == "error" and not run.torn
+    assert run.totals.cost_usd == pytest.approx(a.res.cost_usd)
