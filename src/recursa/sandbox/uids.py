@@ -4,7 +4,8 @@ A uid is leased from `WORKER_UID_MIN..WORKER_UID_MAX` (recursa.tempdirs: above t
 subordinate uid ranges, in a range nothing else assigns) and held until the worker's sandbox
 is gone. Unique within the process (a set of leased uids) and between recursa processes on
 the host: each lease holds an exclusive `flock` on a file named after the uid in a root-only
-directory, which the kernel releases when the holder dies, even by SIGKILL. Two concurrent
+directory (/run/recursa-uids-0), which the kernel releases when the holder dies, even by
+SIGKILL; a killed holder's file stays (unlocked, harmless) until the next boot empties /run. Two concurrent
 runs therefore never share a uid, so neither can signal, ptrace or count against the other's
 processes (RLIMIT_NPROC is per uid).
 """
@@ -26,7 +27,9 @@ _held: dict[int, int] = {}   # leased uid -> fd of its locked file
 
 
 def _lock_dir() -> str:
-    path = os.path.join(tempfile.gettempdir(), f"recursa-uids-{os.geteuid()}")
+    # /run (a tmpfs, emptied at boot) when we may write there: only root leases uids
+    base = "/run" if os.access("/run", os.W_OK) else tempfile.gettempdir()
+    path = os.path.join(base, f"recursa-uids-{os.geteuid()}")
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
     st = os.lstat(path)
