@@ -159,7 +159,8 @@ class WorkerConfig:
 
     def _command(self, spec: WorkerSpec) -> tuple[list[str], dict[str, str], str]:
         env = self._env()
-        tail = ["--limits", json.dumps(dict(self.limits)), "--late-context"]
+        tail = ["--limits", json.dumps(dict(self.limits)), "--late-context",
+                "--confine", "require"]
         if self.mode == "limits":
             env.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=spec.workspace,
                        TMPDIR=spec.workspace)

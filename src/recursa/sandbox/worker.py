@@ -926,17 +926,19 @@ def clear_capabilities() -> None:
         raise OSError(err, f"capset: {os.strerror(err)}")
 
 
-def lock_down() -> None:
+def lock_down(*, required: bool = True) -> None:
     """The last step of start-up, after the uid drop and before any user code: no
-    capabilities, no_new_privs, the seccomp filter. Fails loudly: a worker that cannot lock
-    itself down does not serve."""
+    capabilities, no_new_privs, the seccomp filter. `required`: a worker that cannot lock
+    itself down exits instead of serving (the local sandbox); else it serves anyway (a remote
+    sandbox, whose own container or VM is the isolation)."""
     if sys.platform != "linux":
         return
-    try:
-        clear_capabilities()
-        install_seccomp()
-    except OSError as exc:
-        raise SystemExit(f"recursa worker: could not lock itself down: {exc}") from None
+    for step in (clear_capabilities, install_seccomp):
+        try:
+            step()
+        except OSError as exc:
+            if required:
+                raise SystemExit(f"recursa worker: could not lock itself down: {exc}") from None
 
 
 def join_cgroups(fds: list[int]) -> None:
@@ -975,19 +977,22 @@ def main(argv: list[str] | None = None) -> int:
                          "accepted first, so no user code can run before the drop")
     ap.add_argument("--pillow", default=None,
                     help="a directory holding the PIL package: make `import PIL` (only) work")
-    ap.add_argument("--no-confine", action="store_true",
-                    help="keep capabilities and install no seccomp filter (diagnostics only)")
+    ap.add_argument("--confine", choices=("require", "try", "off"), default="try",
+                    help="lock down before user code (no capabilities, seccomp filter): "
+                         "require (exit if the kernel refuses; the local sandbox), try "
+                         "(default: remote sandboxes, whose container is the isolation), off")
     args = ap.parse_args(argv)
     return run(json.loads(args.limits), uid=args.uid, gid=args.gid, preopen=args.preopen,
                late_context=args.late_context, pdeathsig=not args.no_pdeathsig,
-               pillow=args.pillow, confine=not args.no_confine)
+               pillow=args.pillow, confine=args.confine)
 
 
 def run(limits: dict[str, int], *, uid: int | None = None, gid: int | None = None,
         preopen: Sequence[str] = (), late_context: bool = False, pdeathsig: bool = True,
-        pillow: str | None = None, confine: bool = True) -> int:
+        pillow: str | None = None, confine: str = "try") -> int:
     """The worker process proper (`main` without the command line: the zygote calls this).
-    `confine`: end start-up with `lock_down()` (no capabilities, the seccomp filter)."""
+    `confine`: end start-up with `lock_down()` (no capabilities, the seccomp filter):
+    "require" (exit if it fails), "try" or "off"."""
     # Pillow for Image.crop: given, or where the local sandbox's bubblewrap shows it
     pillow = pillow or (SANDBOX_PILLOW if os.path.isdir(f"{SANDBOX_PILLOW}/PIL") else None)
     if pillow:
@@ -1039,8 +1044,8 @@ def run(limits: dict[str, int], *, uid: int | None = None, gid: int | None = Non
             _drop_privileges(uid, gid)
             if pdeathsig:
                 _die_with_parent(parent)  # setuid cleared the parent-death signal
-    if confine:
-        lock_down()
+    if confine != "off":
+        lock_down(required=confine == "require")
     worker = Worker(channel, preopened)
     if first is not None:
         worker.handle(first)

@@ -206,7 +206,7 @@ def _worker(req: dict, stdio: list[int]) -> None:
         os.environ["HOME"] = "/workspace"
         os.environ["TMPDIR"] = "/tmp"
         code = worker.run(req.get("limits") or {}, uid=None if USERNS else int(req["uid"]),
-                          late_context=True, pdeathsig=False)
+                          late_context=True, pdeathsig=False, confine="require")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001
