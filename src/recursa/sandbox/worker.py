@@ -886,23 +886,25 @@ def install_seccomp() -> bool:
     arch = seccomp_arch()
     if arch is None:
         return False
-    code = seccomp_program(arch)
-
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
+    if arch not in _PROGRAMS:
+        _PROGRAMS[arch] = seccomp_program(arch)
+    code = _PROGRAMS[arch]
     libc = _libc_fn()
     buf = ctypes.create_string_buffer(code, len(code))
-    prog = SockFprog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    prog = ctypes.create_string_buffer(struct.pack("@HP", len(code) // 8, ctypes.addressof(buf)))
     if libc.prctl(38, 1, 0, 0, 0) != 0:   # PR_SET_NO_NEW_PRIVS
         err = ctypes.get_errno()
         raise OSError(err, f"PR_SET_NO_NEW_PRIVS: {os.strerror(err)}")
-    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC): threads started earlier too
-    rc = libc.syscall(ctypes.c_long(SYSCALLS[arch]["seccomp"]), 1, 1, ctypes.byref(prog))
+    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, struct sock_fprog *): the
+    # threads started earlier get it too
+    rc = libc.syscall(ctypes.c_long(SYSCALLS[arch]["seccomp"]), 1, 1, prog)
     if rc != 0:
         err = ctypes.get_errno() if rc < 0 else 0
         raise OSError(err, f"seccomp: {os.strerror(err) if err else f'thread {rc} refused'}")
     return True
+
+
+_PROGRAMS: dict[str, bytes] = {}   # built once (the zygote builds it before forking runs)
 
 
 def clear_capabilities() -> None:
@@ -911,19 +913,22 @@ def clear_capabilities() -> None:
     clears the first two but keeps the inheritable set, which bubblewrap's --cap-add fills)."""
     import ctypes
 
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                    ("inheritable", ctypes.c_uint32)]
-
     _drop_bounding_caps()
     libc = _libc_fn()
     libc.prctl(47, 4, 0, 0, 0)   # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
-    if libc.capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()) != 0:  # v3, this thread
+    header = ctypes.create_string_buffer(struct.pack("@Ii", 0x20080522, 0))   # v3, this thread
+    data = ctypes.create_string_buffer(24)   # 2 x {effective, permitted, inheritable}: all 0
+    if libc.capset(header, data) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"capset: {os.strerror(err)}")
+
+
+def prepare_lock_down() -> None:
+    """Build what `lock_down` needs ahead (a fork server, before forking)."""
+    arch = seccomp_arch()
+    if arch is not None and arch not in _PROGRAMS:
+        _PROGRAMS[arch] = seccomp_program(arch)
+    _libc_fn()
 
 
 def lock_down(*, required: bool = True) -> None:

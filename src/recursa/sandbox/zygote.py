@@ -326,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     USERNS = args.userns
     sock = socket.socket(fileno=args.control_fd)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    worker.prepare_lock_down()   # each run's worker installs the same seccomp program
     # Everything imported so far is shared by the forks: keep the collector from touching (and
     # so copying) those pages in each of them.
     gc.collect()
