@@ -54,5 +54,4 @@ def make_sandbox(kind: str = "local", **opts: Any) -> Sandbox:
     if kind in KINDS:
         return make_remote_sandbox(kind, **opts)
     raise ValueError(f"unknown sandbox kind {kind!r}; expected 'local', 'limits', 'inprocess' "
-                     f"or one of "
-                     f"{', '.join(sorted(KINDS))}")
+                     f"or one of {', '.join(sorted(KINDS))}")

@@ -29,7 +29,7 @@ modules costs ~90 ms of CPU. Two ways avoid paying it per run:
     uid; without root (Linux 5.14+) the zygote is in an unprivileged user namespace and each
     run enters a nested one of its own with no capabilities. About 10-15 ms of CPU per start,
     all of it counted. `zygote=False` / RECURSA_ZYGOTE=0 turn it off.
-  * spares (elsewhere: without bubblewrap, or a kernel older than 5.14 without root, or where
+  * spares (elsewhere: `isolation="limits"`, or a kernel older than 5.14 without root, or where
     the zygote cannot start): a process-wide pool keeps
     `prewarm` (default 1, env RECURSA_PREWARM; 0 disables) started workers per configuration,
     spawned with plain `subprocess.Popen` from one long-lived thread (they are not tied to any
@@ -47,8 +47,9 @@ are named after it (`recursa.tempdirs.owned_tempdir`) and removed by the next pr
 Processes: RLIMIT_NPROC is counted per *user id* and root is exempt from it, so it only means
 something when the worker runs as its own uid. When the host runs as root under bubblewrap,
 the worker therefore drops to an unprivileged uid of its own (leased by uids.py: unique
-among live workers, outside the usual subordinate uid ranges) after opening the context, and the limit applies to that uid alone. Without root, a zygote's run has
-a user namespace of its own, and since Linux 5.14 RLIMIT_NPROC counts a uid's processes per
+among live workers, outside the usual subordinate uid ranges) after opening the context, and
+the limit applies to that uid alone. Without root, a zygote's run has a user namespace of its
+own, and since Linux 5.14 RLIMIT_NPROC counts a uid's processes per
 user namespace: the limit then holds for the run alone. With a cgroup, `pids.max` bounds the
 tree in every mode; without one, a uid or a user namespace of its own the process limit is not
 applied (it would count every process of the host user) and `isolation` says so.
@@ -548,9 +549,9 @@ class LocalSandbox:
     isolation: "auto" or "bwrap" (the default: bubblewrap; where it cannot work, the
     constructor raises IsolationUnavailable saying why and what to do), or "limits" (rlimits,
     a clean env and the seccomp filter only: NOT isolated from the host's files, network and
-    processes; an explicit choice, also `make_sandbox("limits")`). After construction the attribute `isolation`
-    holds a human-readable description of what is actually in force (after `start()`, with the
-    worker's own uid).
+    processes; an explicit choice, also `make_sandbox("limits")`). After construction the
+    attribute `isolation` holds a human-readable description of what is actually in force
+    (after `start()`, with the worker's own uid).
     prewarm: how many started spare workers of this configuration to keep ready in the
     process-wide pool (default: env RECURSA_PREWARM, else 1; 0 starts every worker on demand).
     Not used when a zygote forks the workers.

@@ -5,9 +5,9 @@ subordinate uid ranges, in a range nothing else assigns) and held until the work
 is gone. Unique within the process (a set of leased uids) and between recursa processes on
 the host: each lease holds an exclusive `flock` on a file named after the uid in a root-only
 directory (/run/recursa-uids-0), which the kernel releases when the holder dies, even by
-SIGKILL; a killed holder's file stays (unlocked, harmless) until the next boot empties /run. Two concurrent
-runs therefore never share a uid, so neither can signal, ptrace or count against the other's
-processes (RLIMIT_NPROC is per uid).
+SIGKILL; a killed holder's file stays (unlocked, harmless) until the next boot empties /run.
+Two concurrent runs therefore never share a uid, so neither can signal, ptrace or count
+against the other's processes (RLIMIT_NPROC is per uid).
 """
 
 from __future__ import annotations
