@@ -20,7 +20,7 @@ import sys
 from recursa.types import SandboxError
 
 ENV_BWRAP = "RECURSA_BWRAP"
-_probed: dict[str, str | None] = {}   # bwrap path -> None if it works, else why not
+_works: set[str] = set()   # bwrap paths that made a sandbox here
 
 
 class IsolationUnavailable(SandboxError):
@@ -40,18 +40,20 @@ def find_bwrap() -> str | None:
 def bwrap_failure(bwrap: str) -> str | None:
     """None if `bwrap` can make a sandbox with its own network here, else bubblewrap's own
     words on why not (bwrap may be installed yet unusable, e.g. in a container without user
-    namespaces). Probed once per path and process."""
-    if bwrap not in _probed:
-        args = [bwrap, "--ro-bind", "/", "/", "--unshare-net", "--die-with-parent", "true"]
-        try:
-            done = subprocess.run(args, capture_output=True, timeout=10)
-        except (OSError, subprocess.SubprocessError) as exc:
-            _probed[bwrap] = str(exc) or type(exc).__name__
-        else:
-            err = done.stderr.decode(errors="replace").strip().splitlines()
-            _probed[bwrap] = None if done.returncode == 0 else (
-                err[-1] if err else f"exit status {done.returncode}")
-    return _probed[bwrap]
+    namespaces). A success is remembered per path and process; a failure is probed again next
+    time (it may have been passing, e.g. a fork refused under load)."""
+    if bwrap in _works:
+        return None
+    args = [bwrap, "--ro-bind", "/", "/", "--unshare-net", "--die-with-parent", "true"]
+    try:
+        done = subprocess.run(args, capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return str(exc) or type(exc).__name__
+    if done.returncode == 0:
+        _works.add(bwrap)
+        return None
+    err = done.stderr.decode(errors="replace").strip().splitlines()
+    return err[-1] if err else f"exit status {done.returncode}"
 
 
 def bwrap_works(bwrap: str) -> bool:
