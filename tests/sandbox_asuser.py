@@ -35,6 +35,19 @@ def command(argv: list[str], *, as_uid: int | None = None) -> list[str]:
     return [sys.executable, "-I", os.path.abspath(__file__), "--uid", str(n), "--", *argv]
 
 
+def run_pytest(files: list[str], keyword: str, *,
+               timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """pytest on `files` (tests matching `keyword`, every marker) as the unprivileged uid, with
+    this checkout's src/ and tests/ on the path."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    env = {**os.environ, "PYTHONPATH": f"{root}/src:{here}"}
+    cmd = command([sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider",
+                   "-m", "", "-k", keyword, *files])
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=root)
+
+
 def usable() -> str | None:
     """None when commands can run unprivileged with bubblewrap here, else why not."""
     if os.geteuid() != 0:

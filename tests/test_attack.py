@@ -239,10 +239,14 @@ def test_api_keys_in_environment_and_proc(mode, tmp_path, monkeypatch):
     assert SECRET not in text                    # and the trace never holds the key
     if mode == "bwrap":
         assert "found 0 []" in out               # no host process is visible in /proc
+    elif os.geteuid() == 0:
+        # A root worker keeps no capabilities, and reading /proc/PID/environ of a process
+        # with more of them (the root host) needs CAP_SYS_PTRACE: refused.
+        assert "host environ PermissionError" in out
     else:
         # Documented gap: without bubblewrap /proc shows the host, and a worker running as
-        # the host's user (or root) reads its environment -- the keys the host was started
-        # with. (Keys set later with os.environ[...] = ... are not in /proc/PID/environ.)
+        # the host's user reads its environment -- the keys the host was started with.
+        # (Keys set later with os.environ[...] = ... are not in /proc/PID/environ.)
         assert "host environ readable True" in out
 
 

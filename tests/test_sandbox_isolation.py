@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import sys
@@ -14,12 +13,12 @@ import uuid
 import pytest
 
 from recursa.sandbox import LocalSandbox, WorkerSession
-from recursa.sandbox.local import _bwrap_works, find_bwrap
+from recursa.sandbox.isolation import bwrap_works, find_bwrap
 from recursa.sandbox.transport import SubprocessTransport, descendants, describe_exit
 from recursa.types import SandboxError
 from test_sandbox import Recorder, payload_for, run
 
-HAVE_BWRAP = bool(find_bwrap()) and _bwrap_works(find_bwrap() or "")
+HAVE_BWRAP = bool(find_bwrap()) and bwrap_works(find_bwrap() or "")
 needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap not usable here")
 MODES = ["bwrap", "limits"] if HAVE_BWRAP else ["limits"]
 
@@ -373,17 +372,12 @@ def test_sandboxes_satisfy_the_protocol():
     assert "in-process" in InProcessSandbox().isolation
 
 
-def test_missing_bwrap_warns_once_and_uses_limits(monkeypatch, caplog):
-    import recursa.sandbox.local as local_mod
-
-    monkeypatch.setattr(local_mod, "_warned_no_bwrap", False)
-    with caplog.at_level(logging.WARNING, logger="recursa.sandbox"):
-        a = LocalSandbox(bwrap="/nonexistent/bwrap")
-        b = LocalSandbox(bwrap="/nonexistent/bwrap")
-    assert a.mode == b.mode == "limits"
-    assert len([r for r in caplog.records if "bubblewrap" in r.getMessage()]) == 1
-    with pytest.raises(SandboxError):
-        LocalSandbox(isolation="bwrap", bwrap="/nonexistent/bwrap")
+def test_missing_bwrap_is_refused_not_a_silent_fallback():
+    # (formerly: a warning, then limits only) tests/test_sandbox_confinement.py has the rest
+    for opts in ({}, {"isolation": "auto"}, {"isolation": "bwrap"}):
+        with pytest.raises(SandboxError, match="refuses to run model-written code"):
+            LocalSandbox(bwrap="/nonexistent/bwrap", **opts)
+    assert LocalSandbox(bwrap="/nonexistent/bwrap", isolation="limits").mode == "limits"
 
 
 async def test_interrupt_during_call_traffic_keeps_protocol_intact(local):

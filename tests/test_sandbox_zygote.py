@@ -340,13 +340,9 @@ def test_the_zygote_tests_pass_as_an_unprivileged_user(tmp_path):
     if why:
         pytest.skip(f"cannot run as an unprivileged user: {why}")
     here = Path(__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": f"{here.parent / 'src'}:{here}"}
-    cmd = sandbox_asuser.command([
-        sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", "-m", "",
-        "-k", "not unprivileged_user",
-        str(here / "test_sandbox_zygote.py"), str(here / "test_sandbox_isolation.py")])
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
-                         cwd=str(here.parent))
+    out = sandbox_asuser.run_pytest(
+        [str(here / "test_sandbox_zygote.py"), str(here / "test_sandbox_isolation.py")],
+        "not unprivileged_user")
     tail = out.stdout[-4000:] + out.stderr[-2000:]
     assert out.returncode == 0, tail
     assert "the zygote needs" not in out.stdout, tail        # the zygote tests were not skipped

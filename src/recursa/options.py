@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-SANDBOXES = ("local", "inprocess", "docker", "modal", "e2b", "daytona")
+SANDBOXES = ("local", "limits", "inprocess", "docker", "modal", "e2b", "daytona")
 # RLM's own limits (recursa.budget.Budget fields) among the options
 LIMITS = ("max_iterations", "max_depth", "max_subcalls", "max_tokens", "max_cost_usd",
           "max_seconds", "cell_timeout")
@@ -92,8 +92,10 @@ OPTIONS: tuple[Opt, ...] = (
         "(keys never go on the command line, where `ps` shows them)", {"metavar": "NAME"}),
     Opt("sub_api_key_env", ("--sub-api-key-env",), "environment variable holding the "
         "sub-model's key (default: as --api-key-env for one provider)", {"metavar": "NAME"}),
-    Opt("sandbox", ("--sandbox",), "where model-written code runs: local (default: an isolated "
-        "worker process), inprocess (not isolated), docker, modal, e2b or daytona",
+    Opt("sandbox", ("--sandbox",), "where model-written code runs: local (default: a worker "
+        "process isolated by bubblewrap; refuses to start where that cannot work), limits (a "
+        "worker process with resource limits only, NOT isolated from your files and network), "
+        "inprocess (not isolated), docker, modal, e2b or daytona",
         {"choices": SANDBOXES, "default": "local", "metavar": "KIND"}),
     Opt("max_iterations", ("--max-iterations",), "root turns per RLM (default 30)",
         {"type": _int1, "metavar": "N"}),

@@ -161,7 +161,12 @@ def _model_problems(targets: list[Target], *, max_cost_usd: float | None,
 
 
 def _sandbox_problems(kind: Any, options: Mapping[str, Any]) -> list[str]:
-    if not isinstance(kind, str) or kind in ("local", "inprocess", "in-process", "in_process"):
+    if kind == "local" and options.get("isolation", "auto") != "limits":
+        from recursa.sandbox.isolation import unavailable_reason
+        why = unavailable_reason(options.get("bwrap"))
+        return [f"sandbox='local': {why}"] if why else []
+    if not isinstance(kind, str) or kind in ("local", "limits", "inprocess", "in-process",
+                                             "in_process"):
         return []
     if kind in _REMOTE:
         module, extra = _REMOTE[kind]

@@ -34,10 +34,14 @@ import time
 
 log = logging.getLogger("recursa.tempdirs")
 
-# The uids workers drop to when the host runs as root (LocalSandbox): as root, a workspace
-# chowned to one of them is still ours to sweep.
-WORKER_UID_MIN = 200000
-WORKER_UID_MAX = 265535
+# The uids workers drop to when the host runs as root (LocalSandbox; one per live worker, see
+# recursa.sandbox.uids): as root, a workspace chowned to one of them is still ours to sweep.
+# 0x70000000 and up: above the subordinate ids useradd hands out (SUB_UID_MIN 100000 to
+# SUB_UID_MAX 600100000, 65536 per user) and systemd's container range (524288-1879048191), in
+# the range systemd documents as unused (1879048192-2147352575), and below 2^31, where tools
+# that take uid_t for signed would go wrong.
+WORKER_UID_MIN = 0x70000000
+WORKER_UID_MAX = WORKER_UID_MIN + (1 << 24) - 1
 
 _PREFIX = re.compile(r"recursa-[a-z]+-\Z")
 # mkdtemp's random part: 8 characters of [a-z0-9_]

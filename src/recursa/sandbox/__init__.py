@@ -35,10 +35,17 @@ def __getattr__(name: str) -> Any:
 
 
 def make_sandbox(kind: str = "local", **opts: Any) -> Sandbox:
-    """Build a sandbox by name: "local" (subprocess, bwrap when present), "inprocess", or a
-    remote one: "docker", "modal", "e2b", "daytona" (optional extras; see docs/remote.md)."""
-    if kind == "local":
+    """Build a sandbox by name: "local" (subprocess under bubblewrap; refuses to start where
+    bubblewrap cannot work, saying why), "limits" (the same subprocess with resource limits
+    only, NOT isolated from the host: an explicit choice), "inprocess", or a remote one:
+    "docker", "modal", "e2b", "daytona" (optional extras; see docs/remote.md)."""
+    if kind in ("local", "limits"):
         from recursa.sandbox.local import LocalSandbox
+        if kind == "limits":
+            if opts.get("isolation", "limits") != "limits":
+                raise ValueError(f"sandbox 'limits' is the local sandbox without isolation; "
+                                 f"isolation={opts['isolation']!r} contradicts it")
+            opts = {**opts, "isolation": "limits"}
         return LocalSandbox(**opts)
     if kind in ("inprocess", "in-process", "in_process"):
         from recursa.sandbox.inprocess import InProcessSandbox
@@ -46,5 +53,5 @@ def make_sandbox(kind: str = "local", **opts: Any) -> Sandbox:
     from recursa.sandbox.remote import KINDS, make_remote_sandbox
     if kind in KINDS:
         return make_remote_sandbox(kind, **opts)
-    raise ValueError(f"unknown sandbox kind {kind!r}; expected 'local', 'inprocess' or one of "
-                     f"{', '.join(sorted(KINDS))}")
+    raise ValueError(f"unknown sandbox kind {kind!r}; expected 'local', 'limits', 'inprocess' "
+                     f"or one of {', '.join(sorted(KINDS))}")

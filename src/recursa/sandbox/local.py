@@ -1,4 +1,7 @@
-"""LocalSandbox: the default sandbox, one worker process per run, under bubblewrap if present.
+"""LocalSandbox: the default sandbox, one worker process per run, under bubblewrap.
+
+Without a usable bubblewrap it refuses to start (isolation.py says why and what to do);
+`isolation="limits"` (sandbox kind "limits") runs the worker unconfined, by explicit choice.
 
 What is enforced (all configurable):
   * a clean environment (no host variables, hence no API keys), a private workspace as cwd/HOME;
@@ -27,7 +30,7 @@ modules costs ~90 ms of CPU. Two ways avoid paying it per run:
     uid; without root (Linux 5.14+) the zygote is in an unprivileged user namespace and each
     run enters a nested one of its own with no capabilities. About 10-15 ms of CPU per start,
     all of it counted. `zygote=False` / RECURSA_ZYGOTE=0 turn it off.
-  * spares (elsewhere: without bubblewrap, or a kernel older than 5.14 without root, or where
+  * spares (elsewhere: `isolation="limits"`, or a kernel older than 5.14 without root, or where
     the zygote cannot start): a process-wide pool keeps
     `prewarm` (default 1, env RECURSA_PREWARM; 0 disables) started workers per configuration,
     spawned with plain `subprocess.Popen` from one long-lived thread (they are not tied to any
@@ -44,9 +47,10 @@ are named after it (`recursa.tempdirs.owned_tempdir`) and removed by the next pr
 
 Processes: RLIMIT_NPROC is counted per *user id* and root is exempt from it, so it only means
 something when the worker runs as its own uid. When the host runs as root under bubblewrap,
-the worker therefore drops to a random unprivileged uid (200000-265535, one per worker) after
-opening the context, and the limit applies to that uid alone. Without root, a zygote's run has
-a user namespace of its own, and since Linux 5.14 RLIMIT_NPROC counts a uid's processes per
+the worker therefore drops to an unprivileged uid of its own (leased by uids.py: unique
+among live workers, outside the usual subordinate uid ranges) after opening the context, and
+the limit applies to that uid alone. Without root, a zygote's run has a user namespace of its
+own, and since Linux 5.14 RLIMIT_NPROC counts a uid's processes per
 user namespace: the limit then holds for the run alone. With a cgroup, `pids.max` bounds the
 tree in every mode; without one, a uid or a user namespace of its own the process limit is not
 applied (it would count every process of the host user) and `isolation` says so.
@@ -60,7 +64,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -73,6 +76,7 @@ from typing import Any, Literal
 
 from recursa.images import pillow_site
 from recursa.sandbox.forkserver import ZygoteTransport, zygote_host
+from recursa.sandbox.isolation import bwrap_works, find_bwrap, require_isolation
 from recursa.sandbox.protocol import WORKER_PATH
 from recursa.sandbox.session import WorkerSession
 from recursa.sandbox.transport import (
@@ -83,7 +87,8 @@ from recursa.sandbox.transport import (
     kill_tree,
 )
 from recursa.sandbox.treelimits import WATCH, RunCgroup, cgroup_host, processes_of_uid
-from recursa.tempdirs import WORKER_UID_MAX, WORKER_UID_MIN, owned_tempdir
+from recursa.sandbox.uids import lease_uid, release_uid
+from recursa.tempdirs import owned_tempdir
 from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
 
 log = logging.getLogger("recursa.sandbox")
@@ -91,8 +96,7 @@ log = logging.getLogger("recursa.sandbox")
 ZYGOTE_PATH = Path(__file__).with_name("zygote.py")
 _IN = "/recursa"  # where the sandbox sees our files under bwrap
 _CTX_DIR = f"{_IN}/ctx"  # the worker's private context directory, read-only
-_warned_no_bwrap = False
-_bwrap_ok: dict[str, bool] = {}
+_bwrap_works = bwrap_works   # the old private name, for callers that imported it
 
 
 def base_python() -> str:
@@ -103,23 +107,6 @@ def base_python() -> str:
         if os.path.isfile(cand) and os.access(cand, os.X_OK):
             return os.path.realpath(cand)
     return os.path.realpath(getattr(sys, "_base_executable", sys.executable))
-
-
-def find_bwrap() -> str | None:
-    return shutil.which("bwrap") or (
-        "/usr/bin/bwrap" if os.access("/usr/bin/bwrap", os.X_OK) else None)
-
-
-def _bwrap_works(bwrap: str) -> bool:
-    """bwrap may be installed yet unusable (e.g. in a container without user namespaces)."""
-    if bwrap not in _bwrap_ok:
-        args = [bwrap, "--ro-bind", "/", "/", "--unshare-net", "--die-with-parent", "true"]
-        try:
-            ok = subprocess.run(args, capture_output=True, timeout=10).returncode == 0
-        except (OSError, subprocess.SubprocessError):
-            ok = False
-        _bwrap_ok[bwrap] = ok
-    return _bwrap_ok[bwrap]
 
 
 def nproc_per_userns() -> bool:
@@ -162,7 +149,7 @@ class WorkerConfig:
         spec = WorkerSpec(workspace=owned_tempdir("recursa-ws-"))
         try:
             if self.drop_uid:
-                spec.uid = random.randint(WORKER_UID_MIN, WORKER_UID_MAX)
+                spec.uid = lease_uid()
                 os.chown(spec.workspace, spec.uid, spec.uid)
             if self.mode == "bwrap":
                 spec.ctxdir = owned_tempdir("recursa-wctx-")
@@ -174,7 +161,8 @@ class WorkerConfig:
 
     def _command(self, spec: WorkerSpec) -> tuple[list[str], dict[str, str], str]:
         env = self._env()
-        tail = ["--limits", json.dumps(dict(self.limits)), "--late-context"]
+        tail = ["--limits", json.dumps(dict(self.limits)), "--late-context",
+                "--confine", "require"]
         if self.mode == "limits":
             env.update(PATH="/usr/local/bin:/usr/bin:/bin", HOME=spec.workspace,
                        TMPDIR=spec.workspace)
@@ -329,6 +317,8 @@ class WorkerSpec:
         for d in (self.workspace, self.ctxdir, self.root):
             if d:
                 shutil.rmtree(d, ignore_errors=True)
+        if self.uid is not None:   # its processes are gone: another worker may have it
+            release_uid(self.uid)
 
 
 def _spawn(spec: WorkerSpec) -> subprocess.Popen[bytes]:
@@ -557,10 +547,12 @@ if hasattr(os, "register_at_fork"):
 class LocalSandbox:
     """A persistent REPL in a local subprocess; see the module docstring for what is isolated.
 
-    isolation: "auto" (bubblewrap when usable, else limits only), "bwrap" (required) or
-    "limits" (rlimits and a clean env only). After construction the attribute `isolation`
-    holds a human-readable description of what is actually in force (after `start()`, with the
-    worker's own uid).
+    isolation: "auto" or "bwrap" (the default: bubblewrap; where it cannot work, the
+    constructor raises IsolationUnavailable saying why and what to do), or "limits" (rlimits,
+    a clean env and the seccomp filter only: NOT isolated from the host's files, network and
+    processes; an explicit choice, also `make_sandbox("limits")`). After construction the
+    attribute `isolation` holds a human-readable description of what is actually in force
+    (after `start()`, with the worker's own uid).
     prewarm: how many started spare workers of this configuration to keep ready in the
     process-wide pool (default: env RECURSA_PREWARM, else 1; 0 starts every worker on demand).
     Not used when a zygote forks the workers.
@@ -595,20 +587,11 @@ class LocalSandbox:
         self.start_timeout = start_timeout
         self.prewarm = max(0, prewarm if prewarm is not None else _env_int("RECURSA_PREWARM", 1))
         bw = bwrap or find_bwrap()
-        if isolation == "limits":
+        if isolation == "limits":   # unconfined: only ever an explicit choice
             self.mode = "limits"
-        elif bw and _bwrap_works(bw):
+        else:   # never a silent fall back to no isolation (isolation.py says why and what to do)
+            bw = require_isolation(bw)
             self.mode = "bwrap"
-        elif isolation == "bwrap":
-            raise SandboxError("isolation='bwrap' was requested but bubblewrap is not usable")
-        else:
-            self.mode = "limits"
-            global _warned_no_bwrap
-            if not _warned_no_bwrap:
-                _warned_no_bwrap = True
-                log.warning("bubblewrap (bwrap) is not available: the local sandbox runs with "
-                            "resource limits and a clean environment only; model code can read "
-                            "your files and use the network")
         self.bwrap = bw
         self.drop_uid = self.mode == "bwrap" and drop_uid and os.geteuid() == 0
         if zygote is None:
@@ -709,10 +692,10 @@ class LocalSandbox:
 
     async def _start_forked(self, payload: ContextPayload, handler: CallHandler) -> None:
         host = zygote_host(self.config, self.config.zygote_command)
-        # In a user namespace every run is the host user outside (zygote.RUN_UID inside).
-        uid = None if self.userns else random.randint(WORKER_UID_MIN, WORKER_UID_MAX)
         try:
             run = host.new_run_dir()
+            # In a user namespace every run is the host user outside (zygote.RUN_UID inside).
+            uid = None if self.userns else lease_uid()
             spec = WorkerSpec(workspace=os.path.join(run, "ws"), ctxdir=os.path.join(run, "ctx"),
                               uid=uid, root=run)
             self._spec = spec

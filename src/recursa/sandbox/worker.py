@@ -741,6 +741,211 @@ def _drop_bounding_caps() -> None:
             _prctl(24, cap)  # PR_CAPBSET_DROP; fails harmlessly without CAP_SETPCAP
 
 
+# ------------------------------------------------------------------ kernel surface
+# A seccomp filter installed after set-up, before any user code: system calls that only serve
+# to attack the kernel or leave the sandbox fail with EPERM. Namespace creation (the door to
+# capabilities over fresh namespaces, where many kernel bugs were found) is refused by the
+# flags of clone/unshare; clone3 answers ENOSYS (its flags sit in memory a filter cannot read)
+# so that libc falls back to clone. Numbers per architecture (tests/test_sandbox_confinement.py
+# checks them against the kernel headers); elsewhere no filter is installed.
+_DENY_COMMON = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd", "bpf",
+    "keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root", "chroot", "setns",
+    "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
+    "kexec_load", "kexec_file_load", "perf_event_open", "userfaultfd", "init_module",
+    "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "settimeofday",
+    "clock_settime", "clock_adjtime", "adjtimex", "quotactl", "quotactl_fd", "lookup_dcookie",
+    "open_by_handle_at", "nfsservctl", "syslog", "vhangup", "io_uring_setup",
+    "io_uring_enter", "io_uring_register", "fanotify_init", "sethostname", "setdomainname")
+SYSCALLS = {
+    "x86_64": {
+        "clone": 56, "unshare": 272, "clone3": 435, "ioctl": 16, "seccomp": 317,
+        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
+        "pidfd_getfd": 438, "bpf": 321, "keyctl": 250, "add_key": 248, "request_key": 249,
+        "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "setns": 308,
+        "move_mount": 429, "open_tree": 428, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+        "fspick": 433, "mount_setattr": 442, "kexec_load": 246, "kexec_file_load": 320,
+        "perf_event_open": 298, "userfaultfd": 323, "init_module": 175, "finit_module": 313,
+        "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163,
+        "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
+        "quotactl": 179, "quotactl_fd": 443, "lookup_dcookie": 212, "open_by_handle_at": 304,
+        "nfsservctl": 180, "syslog": 103, "vhangup": 153, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427, "fanotify_init": 300,
+        "sethostname": 170, "setdomainname": 171,
+        # x86 only
+        "iopl": 172, "ioperm": 173, "modify_ldt": 154, "uselib": 134, "_sysctl": 156,
+        "sysfs": 139, "create_module": 174, "get_kernel_syms": 177, "query_module": 178},
+    "aarch64": {
+        "clone": 220, "unshare": 97, "clone3": 435, "ioctl": 29, "seccomp": 277,
+        "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272,
+        "pidfd_getfd": 438, "bpf": 280, "keyctl": 219, "add_key": 217, "request_key": 218,
+        "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "setns": 268,
+        "move_mount": 429, "open_tree": 428, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+        "fspick": 433, "mount_setattr": 442, "kexec_load": 104, "kexec_file_load": 294,
+        "perf_event_open": 241, "userfaultfd": 282, "init_module": 105, "finit_module": 273,
+        "delete_module": 106, "reboot": 142, "swapon": 224, "swapoff": 225, "acct": 89,
+        "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171,
+        "quotactl": 60, "quotactl_fd": 443, "lookup_dcookie": 18, "open_by_handle_at": 265,
+        "nfsservctl": 42, "syslog": 116, "vhangup": 58, "io_uring_setup": 425,
+        "io_uring_enter": 426, "io_uring_register": 427, "fanotify_init": 262,
+        "sethostname": 161, "setdomainname": 162},
+}
+_X86_ONLY = ("iopl", "ioperm", "modify_ldt", "uselib", "_sysctl", "sysfs", "create_module",
+             "get_kernel_syms", "query_module")
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET; unshare also NEWTIME
+# (0x80, the exit-signal byte in clone's flags)
+_NS_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 \
+    | 0x40000000
+_NEWTIME = 0x00000080
+_TIOCSTI, _TIOCLINUX = 0x5412, 0x541C   # push input into a terminal / console ioctls
+_EPERM, _ENOSYS = 1, 38
+_RET_KILL_PROCESS, _RET_ERRNO, _RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
+
+
+def seccomp_arch() -> str | None:
+    """The architecture whose filter this process gets (None: no filter here). A 32-bit
+    interpreter on a 64-bit kernel makes other system calls, so it gets none."""
+    machine = os.uname().machine if hasattr(os, "uname") else ""
+    if sys.platform != "linux" or machine not in SYSCALLS or struct.calcsize("P") != 8:
+        return None
+    return machine
+
+
+def seccomp_program(arch: str) -> bytes:
+    """The classic BPF program (struct sock_filter[]) of the worker's filter for `arch`."""
+    nr = SYSCALLS[arch]
+    deny = [nr[n] for n in _DENY_COMMON] + ([nr[n] for n in _X86_ONLY] if arch == "x86_64"
+                                            else [])
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    prog: list[tuple[int, int | str, int | str, int]] = []   # jump targets by label first
+    labels: dict[str, int] = {}
+
+    def op(code: int, k: int, jt: int | str = 0, jf: int | str = 0) -> None:
+        prog.append((code, jt, jf, k))
+
+    def label(name: str) -> None:
+        labels[name] = len(prog)
+
+    op(ld, 4)                                        # seccomp_data.arch
+    op(jeq, _AUDIT_ARCH[arch], 0, "kill")            # another ABI (int 0x80...): killed
+    op(ld, 0)                                        # seccomp_data.nr
+    if arch == "x86_64":
+        op(jge, 0x40000000, "eperm", 0)              # the x32 ABI
+    op(jeq, nr["clone"], "clone", 0)
+    op(jeq, nr["unshare"], "unshare", 0)
+    op(jeq, nr["clone3"], "enosys", 0)
+    op(jeq, nr["ioctl"], "ioctl", 0)
+    for n in deny:
+        op(jeq, n, "eperm", 0)
+    op(ret, _RET_ALLOW)
+    label("clone")
+    op(ld, 16)                                       # args[0], low 32 bits (flags)
+    op(jset, _NS_FLAGS, "eperm", 0)
+    op(ret, _RET_ALLOW)
+    label("unshare")
+    op(ld, 16)
+    op(jset, _NS_FLAGS | _NEWTIME, "eperm", 0)
+    op(ret, _RET_ALLOW)
+    label("ioctl")
+    op(ld, 24)                                       # args[1] (the kernel reads 32 bits)
+    op(jeq, _TIOCSTI, "eperm", 0)
+    op(jeq, _TIOCLINUX, "eperm", 0)
+    op(ret, _RET_ALLOW)
+    label("enosys")
+    op(ret, _RET_ERRNO | _ENOSYS)
+    label("eperm")
+    op(ret, _RET_ERRNO | _EPERM)
+    label("kill")
+    op(ret, _RET_KILL_PROCESS)
+
+    out = bytearray()
+    for i, (code, jt, jf, k) in enumerate(prog):
+        jumps = [labels[j] - i - 1 if isinstance(j, str) else j for j in (jt, jf)]
+        if not all(0 <= j < 256 for j in jumps):
+            raise ValueError("seccomp program: jump out of range")
+        out += struct.pack("=HBBI", code, jumps[0], jumps[1], k)
+    return bytes(out)
+
+
+def _libc_fn() -> Any:
+    import ctypes
+
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def install_seccomp() -> bool:
+    """Install the filter on every thread of this process (no_new_privs first, as the kernel
+    requires without CAP_SYS_ADMIN); False where there is none for this architecture. Raises
+    OSError if the kernel refuses it."""
+    import ctypes
+
+    arch = seccomp_arch()
+    if arch is None:
+        return False
+    if arch not in _PROGRAMS:
+        _PROGRAMS[arch] = seccomp_program(arch)
+    code = _PROGRAMS[arch]
+    libc = _libc_fn()
+    buf = ctypes.create_string_buffer(code, len(code))
+    prog = ctypes.create_string_buffer(struct.pack("@HP", len(code) // 8, ctypes.addressof(buf)))
+    if libc.prctl(38, 1, 0, 0, 0) != 0:   # PR_SET_NO_NEW_PRIVS
+        err = ctypes.get_errno()
+        raise OSError(err, f"PR_SET_NO_NEW_PRIVS: {os.strerror(err)}")
+    # seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, struct sock_fprog *): the
+    # threads started earlier get it too
+    rc = libc.syscall(ctypes.c_long(SYSCALLS[arch]["seccomp"]), 1, 1, prog)
+    if rc != 0:
+        err = ctypes.get_errno() if rc < 0 else 0
+        raise OSError(err, f"seccomp: {os.strerror(err) if err else f'thread {rc} refused'}")
+    return True
+
+
+_PROGRAMS: dict[str, bytes] = {}   # built once (the zygote builds it before forking runs)
+
+
+def clear_capabilities() -> None:
+    """Keep no capability at all: bounding set emptied (where CAP_SETPCAP allows), ambient
+    set cleared, and effective, permitted and inheritable set to nothing (setuid() from root
+    clears the first two but keeps the inheritable set, which bubblewrap's --cap-add fills)."""
+    import ctypes
+
+    _drop_bounding_caps()
+    libc = _libc_fn()
+    libc.prctl(47, 4, 0, 0, 0)   # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    header = ctypes.create_string_buffer(struct.pack("@Ii", 0x20080522, 0))   # v3, this thread
+    data = ctypes.create_string_buffer(24)   # 2 x {effective, permitted, inheritable}: all 0
+    if libc.capset(header, data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"capset: {os.strerror(err)}")
+
+
+def prepare_lock_down() -> None:
+    """Build what `lock_down` needs ahead (a fork server, before forking)."""
+    arch = seccomp_arch()
+    if arch is not None and arch not in _PROGRAMS:
+        _PROGRAMS[arch] = seccomp_program(arch)
+    _libc_fn()
+
+
+def lock_down(*, required: bool = True) -> None:
+    """The last step of start-up, after the uid drop and before any user code: no
+    capabilities, no_new_privs, the seccomp filter. `required`: a worker that cannot lock
+    itself down exits instead of serving (the local sandbox); else it serves anyway (a remote
+    sandbox, whose own container or VM is the isolation)."""
+    if sys.platform != "linux":
+        return
+    for step in (clear_capabilities, install_seccomp):
+        try:
+            step()
+        except OSError as exc:
+            if required:
+                raise SystemExit(f"recursa worker: could not lock itself down: {exc}") from None
+
+
 def join_cgroups(fds: list[int]) -> None:
     """Move this process into the groups whose `cgroup.procs` the host opened for us ("0" is
     the writer itself), so every process started from here on is counted against the limits."""
@@ -777,16 +982,22 @@ def main(argv: list[str] | None = None) -> int:
                          "accepted first, so no user code can run before the drop")
     ap.add_argument("--pillow", default=None,
                     help="a directory holding the PIL package: make `import PIL` (only) work")
+    ap.add_argument("--confine", choices=("require", "try", "off"), default="try",
+                    help="lock down before user code (no capabilities, seccomp filter): "
+                         "require (exit if the kernel refuses; the local sandbox), try "
+                         "(default: remote sandboxes, whose container is the isolation), off")
     args = ap.parse_args(argv)
     return run(json.loads(args.limits), uid=args.uid, gid=args.gid, preopen=args.preopen,
                late_context=args.late_context, pdeathsig=not args.no_pdeathsig,
-               pillow=args.pillow)
+               pillow=args.pillow, confine=args.confine)
 
 
 def run(limits: dict[str, int], *, uid: int | None = None, gid: int | None = None,
         preopen: Sequence[str] = (), late_context: bool = False, pdeathsig: bool = True,
-        pillow: str | None = None) -> int:
-    """The worker process proper (`main` without the command line: the zygote calls this)."""
+        pillow: str | None = None, confine: str = "try") -> int:
+    """The worker process proper (`main` without the command line: the zygote calls this).
+    `confine`: end start-up with `lock_down()` (no capabilities, the seccomp filter):
+    "require" (exit if it fails), "try" or "off"."""
     # Pillow for Image.crop: given, or where the local sandbox's bubblewrap shows it
     pillow = pillow or (SANDBOX_PILLOW if os.path.isdir(f"{SANDBOX_PILLOW}/PIL") else None)
     if pillow:
@@ -838,6 +1049,8 @@ def run(limits: dict[str, int], *, uid: int | None = None, gid: int | None = Non
             _drop_privileges(uid, gid)
             if pdeathsig:
                 _die_with_parent(parent)  # setuid cleared the parent-death signal
+    if confine != "off":
+        lock_down(required=confine == "require")
     worker = Worker(channel, preopened)
     if first is not None:
         worker.handle(first)

@@ -12,7 +12,7 @@ Each run still gets what a worker of its own bubblewrap gets, and no view of ano
     /recursa/runs (every run's directories) unmounted;
   * its own pid namespace (a small init is its pid 1, the worker pid 2; a fresh /proc),
     network namespace
-    (loopback only), IPC, UTS and cgroup namespaces;
+    (loopback only), IPC, UTS and cgroup namespaces, and its own /dev/pts (devpts instance);
   * its own control group when the host made one (the worker joins it before anything else);
   * its own unprivileged uid: after opening its context the worker empties its capability
     bounding set and setuid()s, exactly like a worker started on its own.
@@ -162,6 +162,10 @@ def _init(req: dict, fds: list[int]) -> None:
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={int(req['tmp_bytes'])},mode=1777")
         _umount(RUNS)   # the other runs' directories are gone from this namespace
+        # Its own pseudo-terminals: a new devpts instance over the zygote's, shared by every
+        # run otherwise (/dev/ptmx is bubblewrap's link to pts/ptmx, so it follows)
+        _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+               "newinstance,ptmxmode=0666,mode=620")
         if USERNS:
             # Mounted over the zygote's (the kernel lets a user namespace mount a proc only
             # while one is fully visible); the zygote's /dev belongs to the host user: read-only
@@ -202,7 +206,7 @@ def _worker(req: dict, stdio: list[int]) -> None:
         os.environ["HOME"] = "/workspace"
         os.environ["TMPDIR"] = "/tmp"
         code = worker.run(req.get("limits") or {}, uid=None if USERNS else int(req["uid"]),
-                          late_context=True, pdeathsig=False)
+                          late_context=True, pdeathsig=False, confine="require")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001
@@ -322,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     USERNS = args.userns
     sock = socket.socket(fileno=args.control_fd)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    worker.prepare_lock_down()   # each run's worker installs the same seccomp program
     # Everything imported so far is shared by the forks: keep the collector from touching (and
     # so copying) those pages in each of them.
     gc.collect()
