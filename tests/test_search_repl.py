@@ -79,6 +79,21 @@ def test_bad_k_is_an_error_in_the_cell():
     assert "k must be at least 1" in res.answer
 
 
+def test_search_modes_from_the_repl():
+    res = run(TEXT, """
+out = []
+out.append(search("shellfish", 1, mode="bm25")[0]["text"])
+out.append(len(search("seafood dishes", 3, mode="bm25")))
+try:
+    search("x", 1, mode="fuzzy")
+except RuntimeError as e:
+    out.append(str(e))
+FINAL(repr(out))""")
+    assert res.status == "final", res.error
+    assert "shellfish" in res.answer and ", 0," in res.answer   # no word of it in the text
+    assert "mode must be one of hybrid, bm25, semantic" in res.answer
+
+
 def test_index_is_built_once_per_context():
     run(TEXT, 'search("a", 1)\nsearch("b", 1)\nFINAL("done")')
     assert len(search_host._cache) == 1

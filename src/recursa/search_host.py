@@ -65,7 +65,8 @@ def clear_cache() -> None:
 
 
 async def search(payload: ContextPayload, args: dict[str, Any]) -> list[dict[str, Any]]:
-    """One `search` call from the REPL: {"query": str, "k": int}."""
+    """One `search` call from the REPL: {"query": str, "k": int, "mode": str}."""
+    from recursa.semantic import MODES
     query = str(args.get("query", ""))
     try:
         k = int(args.get("k", 5))
@@ -73,8 +74,11 @@ async def search(payload: ContextPayload, args: dict[str, Any]) -> list[dict[str
         raise ValueError(f"search: k must be an int, not {args.get('k')!r}") from None
     if k < 1:
         raise ValueError(f"search: k must be at least 1, not {k}")
+    mode = str(args.get("mode") or "hybrid")
+    if mode not in MODES:
+        raise ValueError(f"search: mode must be one of {', '.join(MODES)}, not {mode!r}")
     index = await asyncio.to_thread(index_for, payload)
-    return await asyncio.to_thread(index.search, query, min(k, MAX_K))
+    return await asyncio.to_thread(index.search, query, min(k, MAX_K), mode)
 
 
 def with_search(handler: CallHandler, payload: ContextPayload) -> CallHandler:

@@ -252,12 +252,13 @@ class Repl:
         """[(where, Image)] for every image in `value` (default: the context)."""
         return _find_images(self.globals.get("context") if value is None else value, "context")
 
-    def search(self, query: Any, k: int = 5) -> list:
-        """Passages of the context ranked by meaning and words (BM25 and embeddings, fused):
-        [{"id", "score", "text", "start", "end"} + "item" for a list / dict context], best
-        first; context[start:end] (context[item][start:end]) is the passage. The host builds
-        the index on the first call (recursa/search_host.py)."""
-        hits = self._call("search", {"query": str(query), "k": int(k)})
+    def search(self, query: Any, k: int = 5, mode: str = "hybrid") -> list:
+        """Passages of the context ranked by meaning and words (BM25 and embeddings, fused;
+        mode "bm25" or "semantic": one of them): [{"id", "score", "text", "start", "end"} +
+        "item" for a list / dict context], best first; context[start:end]
+        (context[item][start:end]) is the passage. The host builds the index on the first
+        call (recursa/search_host.py)."""
+        hits = self._call("search", {"query": str(query), "k": int(k), "mode": str(mode)})
         if isinstance(hits, str):   # the host's error string (a missing extra, a bad k)
             raise RuntimeError(hits.removeprefix("Error: "))
         return hits
