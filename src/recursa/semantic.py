@@ -334,11 +334,10 @@ class SemanticIndex:
         sums *= np.where(to_lower >= 0, self.idf[np.maximum(to_lower, 0)], 0)[:, None]
         vecs = group_sums(np, lambda lo, hi: sums[cw[lo:hi]], owner, len(spans),
                           self.embedder.dim)
+        del sums, owner, cw                # the build's largest temporaries, before BM25's
         norms = np.linalg.norm(vecs, axis=1)
         vecs /= np.where(norms > 0, norms, 1.0)[:, None]
-        # (dim, units) so a query's similarities are one contiguous matrix-vector product;
-        # unit length (0 for a unit without content words)
-        self.unit_vecs = np.ascontiguousarray(vecs.T)
+        self.unit_vecs = vecs              # (units, dim), unit length (0: no content word)
 
         # 4. BM25 over each passage's content words
         self.bm25: Any = None
@@ -405,7 +404,7 @@ class SemanticIndex:
         q = self.query_vector(query)
         if q is None or not self.passages:
             return np.zeros(len(self.passages), dtype=np.float32)
-        sims = np.append(q @ self.unit_vecs, np.float32(-1.0))   # a sentinel past the end
+        sims = np.append(self.unit_vecs @ q, np.float32(-1.0))   # a sentinel past the end
         # max over each passage's units [first, stop): reduceat over (first, stop) pairs
         edges = np.stack([self._first, self._stop], axis=1).ravel()
         return np.maximum.reduceat(sims, edges)[::2]
