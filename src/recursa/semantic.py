@@ -116,8 +116,13 @@ class WordLlamaEmbedder:
         owner = np.asarray([-1 if w is None else w for w in enc.word_ids], dtype=np.int64)
         keep = owner >= 0
         ids, owner = ids[keep], owner[keep]
-        sums = group_sums(np, lambda lo, hi: self.matrix[ids[lo:hi]], owner, n, self.dim)
+        sums = group_sums(np, rows_of(self.matrix, ids), owner, n, self.dim)
         return sums, np.bincount(owner, minlength=n).astype(np.float32)
+
+
+def rows_of(table: Any, index: Any) -> Any:
+    """`rows(lo, hi)` for group_sums: the rows of `table` named by index[lo:hi]."""
+    return lambda lo, hi: table[index[lo:hi]]
 
 
 def group_sums(np: Any, rows: Any, owner: Any, n: int, dim: int) -> Any:
@@ -281,7 +286,7 @@ class SemanticIndex:
 
         # 1. units (sentences / lines) and their words, as ids into one vocabulary
         all_words: list[str] = []
-        bounds = [0]                     # unit u's words: word_ids[bounds[u]:bounds[u + 1]]
+        bounds = [0]                     # unit u's words: all_words[bounds[u]:bounds[u + 1]]
         spans: list[tuple[int, int]] = []
         plist: list[tuple[int, int]] = []      # passages as unit ranges [first, stop)
         pdoc: list[int] = []
@@ -332,8 +337,7 @@ class SemanticIndex:
             self.idf = np.log1p(len(spans) / np.maximum(df, 1)).astype(np.float32)
         sums, _ = self.embedder.word_vectors(words)
         sums *= np.where(to_lower >= 0, self.idf[np.maximum(to_lower, 0)], 0)[:, None]
-        vecs = group_sums(np, lambda lo, hi: sums[cw[lo:hi]], owner, len(spans),
-                          self.embedder.dim)
+        vecs = group_sums(np, rows_of(sums, cw), owner, len(spans), self.embedder.dim)
         del sums, owner, cw                # the build's largest temporaries, before BM25's
         norms = np.linalg.norm(vecs, axis=1)
         vecs /= np.where(norms > 0, norms, 1.0)[:, None]
