@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS ?= local,dev,bench,ray,verifiers,serve,otel
+EXTRAS ?= local,dev,bench,ray,verifiers,serve,otel,search
 
 .PHONY: install system model demo test test-fast lint bench clean
 

@@ -36,6 +36,7 @@ from recursa.parse import (
     normalize_code,
 )
 from recursa.recorder import RunRecorder, TurnSpan, result_from, tree_totals
+from recursa.search_host import with_search
 from recursa.streaming import turn_deltas
 from recursa.tempdirs import owned_tempdir
 from recursa.trace import Tracer
@@ -422,7 +423,7 @@ class _Run:
                       context_chars=prep.chars, description=prep.description)
         self.sandbox = env.make_sandbox()
         self.node.parent = self.rec.id
-        base_handler = env.dispatcher.handler(self.node)
+        base_handler = with_search(env.dispatcher.handler(self.node), prep.payload)
 
         async def handler(kind: str, args: dict[str, Any]) -> Any:
             st.model_calls += 1

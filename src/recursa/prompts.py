@@ -129,3 +129,10 @@ def system_prompt(*, context_type: str, max_output_chars: int, sub_chars: int = 
                                        max_output_chars=max_output_chars, sub_chars=sub_chars,
                                        chunk=max(1000, min(20_000, sub_chars // 2)),
                                        tools=tools, tips=tips_s)
+
+# The SYSTEM prompt's line for the REPL's search() (recursa/search_host.py), to go after the
+# rlm_query line; kept apart so it can be merged with the other prompt changes of issue 20.
+SEARCH_HELPER_LINE = """- `search(query: str, k: int = 5) -> list[dict]`: the k passages of the \
+context closest to the query by meaning and by words, best first: {{"id", "score", "text", \
+"start", "end"}}; the passage is context[start:end], or context[item][start:end] for a list or \
+dict context (its hits carry "item"). Use it to find text worded differently from the query."""

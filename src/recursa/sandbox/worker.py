@@ -41,7 +41,7 @@ AST_LOCK = threading.Lock()
 HELPER_NAMES = (
     "llm_query", "llm_batch", "llm_query_batched",
     "rlm_query", "rlm_batch", "rlm_query_batched",
-    "FINAL", "FINAL_VAR", "SHOW_VARS", "Image", "list_images",
+    "FINAL", "FINAL_VAR", "SHOW_VARS", "Image", "list_images", "search",
 )
 RESERVED_NAMES = frozenset(HELPER_NAMES) | {"context", "answer"}
 
@@ -193,6 +193,7 @@ class Repl:
         h["SHOW_VARS"] = self.SHOW_VARS
         h["Image"] = Image
         h["list_images"] = self.list_images
+        h["search"] = self.search
         # A private builtins dict: if user code deletes a helper from globals, the name still
         # resolves (to the original) through builtins.
         bdict = dict(builtins.__dict__)
@@ -250,6 +251,17 @@ class Repl:
     def list_images(self, value: Any = None) -> list:
         """[(where, Image)] for every image in `value` (default: the context)."""
         return _find_images(self.globals.get("context") if value is None else value, "context")
+
+    def search(self, query: Any, k: int = 5, mode: str = "hybrid") -> list:
+        """Passages of the context ranked by meaning and words (BM25 and embeddings, fused;
+        mode "bm25" or "semantic": one of them): [{"id", "score", "text", "start", "end"} +
+        "item" for a list / dict context], best first; context[start:end]
+        (context[item][start:end]) is the passage. The host builds the index on the first
+        call (recursa/search_host.py)."""
+        hits = self._call("search", {"query": str(query), "k": int(k), "mode": str(mode)})
+        if isinstance(hits, str):   # the host's error string (a missing extra, a bad k)
+            raise RuntimeError(hits.removeprefix("Error: "))
+        return hits
 
     def rlm_query(self, prompt: Any, context: Any = None, **opts: Any) -> str:
         return self._call("rlm", {"prompt": prompt, "context": context, "opts": opts})
