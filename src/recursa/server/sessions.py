@@ -78,18 +78,25 @@ class SessionPool:
         return None if s is None or s.closed else s
 
     def put(self, key: str, session: Session) -> None:
-        """File `session` under `key`; close the least recently used beyond the bound."""
+        """File `session` under `key`; close the least recently used beyond the bound, and a
+        session already filed under `key` (two clients that sent the same conversation: the
+        later answer wins, the earlier sandbox is not left open until its TTL)."""
         if session.closed:
             return
         with self._lock:
             for k in [k for k, s in self._items.items() if s.closed]:   # timed out meanwhile
                 del self._items[k]
+            for k in [k for k, s in self._items.items() if s is session]:  # one key each
+                del self._items[k]
+            replaced = self._items.pop(key, None)
             self._items[key] = session
-            self._items.move_to_end(key)
             victims = []
             while len(self._items) > self.max_sessions:
                 victims.append(self._items.popitem(last=False)[1])
             self.evicted += len(victims)
+        if replaced is not None:
+            _close_later(replaced, "by the server (another session was filed under its "
+                                   "conversation)")
         for s in victims:
             _close_later(s, f"on eviction (the server keeps at most {self.max_sessions} "
                             f"idle sessions)")
