@@ -100,6 +100,36 @@ def test_pool_puts_under_one_key_leave_one_open_sandbox():
     assert boxes.open == 0
 
 
+def test_a_session_that_times_out_as_it_is_taken_gives_way_to_a_new_one():
+    """The idle timeout may strike between the pool's `take` and the question: the question is
+    asked in a new session (it used to fail the request with a 500)."""
+    import asyncio
+
+    from recursa.server.sessions import Turn, ask
+
+    class Racy(SessionPool):
+        def take(self, key):
+            s = super().take(key)
+            if s is not None:
+                s.close()          # as its idle timer would, a moment after `take`
+            return s
+
+    pool = Racy(max_sessions=4, ttl_s=600)
+    old = session()
+    msgs = [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}]
+    pool.put(conversation_key(msgs), old)
+    fresh = []
+
+    def make():
+        fresh.append(session())
+        return fresh[-1]
+    turn = Turn(conversation_key(msgs), [*msgs, {"role": "user", "content": "q2"}], None)
+    res, info = asyncio.run(ask(pool, turn, make, "q2", on_event=None, limits={}))
+    assert res.answer == "ok" and info["reused"] is False and info["id"] == fresh[0].id
+    assert old.closed and len(pool) == 1
+    pool.close_all()
+
+
 def test_pool_forgets_a_session_that_timed_out():
     pool = SessionPool(max_sessions=4, ttl_s=600)
     s = session(idle_timeout=0.2)

@@ -542,6 +542,10 @@ class RunResponse:
         except Exception as e:  # noqa: BLE001 - a failed run is reported, never a crash
             log.exception("run %s failed", self.id)
             return error_response(500, f"{type(e).__name__}: {e}", type_="server_error")
+        except asyncio.CancelledError:   # cancelled from within (not by this client leaving)
+            log.error("run %s was cancelled by the server", self.id)
+            return error_response(500, "the run was cancelled by the server",
+                                  type_="server_error")
 
     def _failed(self, res: Result) -> Response | None:
         if res.status == "error" and not res.answer:

@@ -119,6 +119,18 @@ def _answered(messages: Sequence[dict[str, Any]]) -> bool:
     return any(m.get("role") == "assistant" for m in messages)
 
 
+def _lapsed(session: Session, error: BaseException) -> bool:
+    """Whether `error` only says the session closed itself (its idle timeout) before the
+    question began: SessionClosed, or its pending question cancelled while this task was not."""
+    import asyncio
+
+    from recursa.session import SessionClosed
+    task = asyncio.current_task()
+    return session.closed and (isinstance(error, SessionClosed) or (
+        isinstance(error, asyncio.CancelledError) and task is not None
+        and task.cancelling() == 0))
+
+
 def _close_later(session: Session, reason: str) -> None:
     """Close in a thread: closing waits for the sandbox, the server's loop must not."""
     threading.Thread(target=session._shutdown, args=(reason,), daemon=True,
@@ -166,11 +178,18 @@ async def ask(pool: SessionPool, turn: Turn, make: Callable[[], Session], query:
             pool.put(conversation_key(turn.upto[:-1], turn.scope), session)
         else:
             _close_later(session, "by the server (its first question got no answer)")
-    try:
-        res = await session.acompletion(query, output=output, on_event=on_event, **limits)
-    except BaseException:
-        file_for_retry()
-        raise
+    while True:
+        try:
+            res = await session.acompletion(query, output=output, on_event=on_event, **limits)
+            break
+        except BaseException as e:
+            if reused and _lapsed(session, e):
+                # its idle timeout struck between `take` and the question (nothing ran): the
+                # conversation goes on in a new session rather than failing
+                session, reused = make(), False
+                continue
+            file_for_retry()
+            raise
     if res.status == "error" and not res.answer:
         file_for_retry()
     else:
