@@ -167,10 +167,9 @@ async def ask(pool: SessionPool, turn: Turn, make: Callable[[], Session], query:
     """Answer `query` in the session the conversation continues (or a new one from `make`),
     then file the session under the conversation including this answer. A question cancelled
     or failed without an answer files it back under the key the client will send again."""
-    session = pool.take(turn.prefix_key) if turn.prefix_key else None
-    reused = session is not None
-    if session is None:
-        session = make()
+    taken = pool.take(turn.prefix_key) if turn.prefix_key else None
+    reused = taken is not None
+    session = taken if taken is not None else make()
     def file_for_retry() -> None:
         # the client will send this conversation again; a first question's session is not
         # kept (its key would be just a system prompt, which other conversations share)
