@@ -135,6 +135,7 @@ def test_pool_forgets_a_session_that_timed_out():
     s = session(idle_timeout=0.2)
     pool.put("k", s)
     assert wait_for(lambda: s.closed), "the idle session did not close"
+    assert len(pool) == 0            # what /health reports: no stale count
     assert pool.take("k") is None
 
 

@@ -6,8 +6,10 @@ were when warm."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,7 +72,7 @@ def serve(tmp: Path, *extra: str) -> Any:
     script = tmp / "script.json"
     script.write_text(json.dumps(SCRIPT))
     return recursa_serve("--model", f"replay-file:{script}", "--sandbox", "local", "--no-token",
-                         "--log-level", "warning", *extra)
+                         "--log-level", "warning", *extra, start_timeout=90)
 
 
 def ask(context: str, question: str = "How long?") -> dict[str, Any]:
@@ -171,9 +173,24 @@ def test_soak_hundreds_of_requests_and_sessions_leave_no_leaks(
 
         assert not asyncio.run(_traffic(base, 10, concurrency, []))          # warm up
         warm = settled()
+        peak: dict[str, int] = {}
+        done = threading.Event()
+
+        def sample() -> None:   # the busy server's highs, and the pool never over its bound
+            while not done.wait(0.25):
+                with contextlib.suppress(OSError, ValueError, httpx.HTTPError):
+                    now = {**figures(proc.pid), "sessions": health(base)["sessions"]}
+                    for k, v in now.items():
+                        peak[k] = max(peak.get(k, 0), v)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         t0 = time.monotonic()
-        problems = asyncio.run(_traffic(base, rounds, concurrency, reused))
-        elapsed = time.monotonic() - t0
+        try:
+            problems = asyncio.run(_traffic(base, rounds, concurrency, reused))
+        finally:
+            elapsed = time.monotonic() - t0
+            done.set()
+            sampler.join(10)
         after = settled()
         assert proc.poll() is None, proc.output()
     requests = rounds * 3 + rounds // 10
@@ -181,8 +198,10 @@ def test_soak_hundreds_of_requests_and_sessions_leave_no_leaks(
         print(f"\nsoak through `recursa serve` (local sandbox): {requests} requests, "
               f"{rounds * 2 + rounds // 10} sessions ({sum(reused)} follow-ups continued "
               f"theirs), {elapsed:.1f} s; warm -> after: "
-              + ", ".join(f"{k} {warm[k]} -> {after[k]}" for k in warm))
+              + ", ".join(f"{k} {warm[k]} -> {after[k]}" for k in warm)
+              + "; peak while busy: " + ", ".join(f"{k} {v}" for k, v in peak.items()))
     assert not problems, problems[:5]
+    assert peak["sessions"] <= 8, peak
     assert sum(reused) >= 0.9 * rounds, f"only {sum(reused)} follow-ups continued a session"
     assert after["fds"] <= warm["fds"] + 4, (warm, after)
     assert after["threads"] <= warm["threads"] + 4, (warm, after)

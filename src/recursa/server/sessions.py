@@ -68,8 +68,14 @@ class SessionPool:
         self.evicted = 0
 
     def __len__(self) -> int:
+        """Idle sessions still open (those that timed out since are forgotten here)."""
         with self._lock:
+            self._forget_closed()
             return len(self._items)
+
+    def _forget_closed(self) -> None:
+        for k in [k for k, s in self._items.items() if s.closed]:   # timed out meanwhile
+            del self._items[k]
 
     def take(self, key: str) -> Session | None:
         """The session filed under `key`, out of the pool (None if none, or it timed out)."""
@@ -84,8 +90,7 @@ class SessionPool:
         if session.closed:
             return
         with self._lock:
-            for k in [k for k, s in self._items.items() if s.closed]:   # timed out meanwhile
-                del self._items[k]
+            self._forget_closed()
             for k in [k for k, s in self._items.items() if s is session]:  # one key each
                 del self._items[k]
             replaced = self._items.pop(key, None)
