@@ -201,6 +201,18 @@ def test_soak_hundreds_of_requests_and_sessions_leave_no_leaks(
             done.set()
             sampler.join(10)
         after = settled()
+
+        def near(f: dict[str, int]) -> bool:
+            return (f["fds"] <= warm["fds"] + 4 and f["threads"] <= warm["threads"] + 4
+                    and f["children"] <= warm["children"]
+                    and f["rss_mb"] <= warm["rss_mb"] * 1.25 + 16)
+        # a leak stays; a closed session's worker still exiting (seen taking up to ~10 s:
+        # session close waits for a cancelled question's clean-up) goes: give it 30 s
+        t1 = time.monotonic()
+        while not near(after) and time.monotonic() - t1 < 30:
+            time.sleep(0.5)
+            after = figures(proc.pid)
+        back_s = time.monotonic() - t1
         assert proc.poll() is None, proc.output()
     requests = rounds * 3 + rounds // 10
     with capsys.disabled():
@@ -208,11 +220,9 @@ def test_soak_hundreds_of_requests_and_sessions_leave_no_leaks(
               f"{rounds * 2 + rounds // 10} sessions ({sum(reused)} follow-ups continued "
               f"theirs), {elapsed:.1f} s; warm -> after: "
               + ", ".join(f"{k} {warm[k]} -> {after[k]}" for k in warm)
+              + f" ({back_s:.1f} s after settling)"
               + "; peak while busy: " + ", ".join(f"{k} {v}" for k, v in peak.items()))
     assert not problems, problems[:5]
     assert peak["sessions"] <= 8, peak
     assert sum(reused) >= 0.9 * rounds, f"only {sum(reused)} follow-ups continued a session"
-    assert after["fds"] <= warm["fds"] + 4, (warm, after)
-    assert after["threads"] <= warm["threads"] + 4, (warm, after)
-    assert after["children"] <= warm["children"], (warm, after)
-    assert after["rss_mb"] <= warm["rss_mb"] * 1.25 + 16, (warm, after)
+    assert near(after), (warm, after)
