@@ -141,7 +141,8 @@ class _Serve:
         self.cmd = [RECURSA_PYTHON, "-m", "recursa.cli", "serve", "--model",
                     "openai:bench-model", "--base-url", upstream, "--sandbox", sandbox,
                     "--port", str(self.port), "--max-runs", str(REQUESTS),
-                    "--max-iterations", "6", "--loop", loop, "--log-level", "warning"]
+                    "--max-iterations", "6", "--loop", loop, "--log-level", "warning",
+                    "--no-token"]
 
     def __enter__(self) -> str:
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}

@@ -405,7 +405,7 @@ def test_bad_requests_are_400_in_openai_shape(server: Server) -> None:
                                   extra_body={"recursa": {"sub_model": "openai:gpt-5"}})
     assert e.value.code == "sub_model_not_allowed"
     r = httpx.post(server.base + "/v1/chat/completions", content=b"{not json",
-                   headers={"authorization": f"Bearer {KEY}"})
+                   headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
     assert set(r.json()["error"]) == {"message", "type", "param", "code"}
 
@@ -461,7 +461,8 @@ def test_oversize_request_is_413_before_parsing() -> None:
                 yield b"z" * 1000
             yield b'"}'
         r = httpx.post(srv.base + "/v1/chat/completions", content=body(),
-                       headers={"authorization": f"Bearer {KEY}"})
+                       headers={"authorization": f"Bearer {KEY}",
+                                "content-type": "application/json"})
         assert r.status_code == 413
         assert srv.app.state.slots.used == 0
 

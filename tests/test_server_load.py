@@ -35,7 +35,7 @@ def test_waves_of_concurrent_requests_on_local_sandboxes_are_all_answered(tmp_pa
                            "--sandbox", "local", "--max-runs", "64", "--allow-no-auth",
                            "--loop", loop, "--log-level", "warning") as (base, proc):
             results = asyncio.run(waves(base))
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert proc.poll() is None, proc.output()
     finally:
         assert upstream.stdin is not None
         upstream.stdin.close()

@@ -74,11 +74,68 @@ def test_pool_evicts_the_least_recently_used_and_closes_it():
     assert s1.closed and s3.closed and len(pool) == 0
 
 
+def test_pool_puts_under_one_key_leave_one_open_sandbox():
+    """Five sessions filed under one conversation (five clients that sent it at once): the pool
+    holds one, and the four it replaced are closed, sandboxes and all."""
+    boxes = CountingSandboxes()
+    rlm = RLM(model=ReplayClient(root_script(*(repl('FINAL("ok")') for _ in range(5)))),
+              sandbox=boxes)
+    pool = SessionPool(max_sessions=3, ttl_s=600)
+    sessions = []
+    for _ in range(5):
+        s = rlm.session(CTX)
+        s.completion("start")
+        sessions.append(s)
+        pool.put("k", s)
+        pool.put("k", s)           # the same session again: kept, not closed
+    assert boxes.started == 5
+    assert wait_for(lambda: boxes.open == 1), f"{boxes.open} sandboxes open"
+    assert len(pool) == 1 and pool.take("k") is sessions[-1] and not sessions[-1].closed
+    assert all(s.closed for s in sessions[:-1])
+    # one session filed under two keys is one entry (evicting one key would close it for both)
+    pool.put("a", sessions[-1])
+    pool.put("b", sessions[-1])
+    assert len(pool) == 1 and pool.take("a") is None and pool.take("b") is sessions[-1]
+    sessions[-1].close()
+    assert boxes.open == 0
+
+
+def test_a_session_that_times_out_as_it_is_taken_gives_way_to_a_new_one():
+    """The idle timeout may strike between the pool's `take` and the question: the question is
+    asked in a new session (it used to fail the request with a 500)."""
+    import asyncio
+
+    from recursa.server.sessions import Turn, ask
+
+    class Racy(SessionPool):
+        def take(self, key):
+            s = super().take(key)
+            if s is not None:
+                s.close()          # as its idle timer would, a moment after `take`
+            return s
+
+    pool = Racy(max_sessions=4, ttl_s=600)
+    old = session()
+    msgs = [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}]
+    pool.put(conversation_key(msgs), old)
+    fresh = []
+
+    def make():
+        fresh.append(session())
+        return fresh[-1]
+    turn = Turn(conversation_key(msgs), [*msgs, {"role": "user", "content": "q2"}], None)
+    res, info = asyncio.run(ask(pool, turn, make, "q2", on_event=None, limits={}))
+    assert res.answer == "ok" and info["reused"] is False and info["id"] == fresh[0].id
+    assert old.closed and len(pool) == 1
+    pool.close_all()
+
+
 def test_pool_forgets_a_session_that_timed_out():
     pool = SessionPool(max_sessions=4, ttl_s=600)
     s = session(idle_timeout=0.2)
     pool.put("k", s)
     assert wait_for(lambda: s.closed), "the idle session did not close"
+    assert len(pool) == 0            # what /health reports: no stale count
     assert pool.take("k") is None
 
 

@@ -19,9 +19,18 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
     RLMOptions.add_to(p)
     p.add_argument("--host", default="127.0.0.1", help="interface (default: loopback only)")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key", help="bearer token clients must send (or RECURSA_SERVER_API_KEY)")
-    p.add_argument("--allow-no-auth", action="store_true",
-                   help="allow a non-loopback --host without --api-key")
+    p.add_argument("--api-key", help="bearer token clients must send (or "
+                   "RECURSA_SERVER_API_KEY); without it a loopback server makes a random one "
+                   "and prints it")
+    p.add_argument("--no-token", "--allow-no-auth", dest="no_token", action="store_true",
+                   help="no client key at all: anyone who can reach the address may use the "
+                   "server (needed for a non-loopback --host without --api-key)")
+    p.add_argument("--allow-host", action="append", metavar="NAME",
+                   help="a Host name clients may use besides the bound address, e.g. the name "
+                   "a reverse proxy forwards (repeatable; '*': any)")
+    p.add_argument("--allow-origin", action="append", metavar="ORIGIN",
+                   help="a web origin whose pages may call the server, e.g. "
+                   "http://localhost:3000 for a browser chat UI (repeatable; '*': any page)")
     p.add_argument("--max-runs", type=int, default=4,
                    help="concurrent runs; more requests get 429 (default 4)")
     p.add_argument("--max-request-mb", type=float, default=16.0,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import os
+import secrets
 import socket
 from typing import Any
 
@@ -51,12 +52,22 @@ def cmd_serve(a: argparse.Namespace) -> int:
         from recursa.server.openai_app import ServerConfig, create_app, serve
     except ImportError as e:
         return _missing_extra(e, "serve")
+    from recursa.server.common import unconfined_on_network
     key = a.api_key or os.environ.get("RECURSA_SERVER_API_KEY") or None
-    if not _is_loopback(a.host) and not key and not a.allow_no_auth:
+    loopback = _is_loopback(a.host)
+    if not loopback and not key and not a.no_token:
         err.print(f"[red]error:[/] refusing to listen on {a.host} without --api-key: anyone "
                   "who can reach it could spend your model budget and run code in its "
-                  "sandbox (pass --allow-no-auth to do it anyway)")
+                  "sandbox (pass --no-token to do it anyway)")
         return 2
+    refused = unconfined_on_network(a.sandbox, a.host, loopback)
+    if refused:
+        err.print(f"[red]error:[/] {refused}")
+        return 2
+    # Like Jupyter: a loopback server still gets a key, since every local user (and any
+    # program) can reach loopback. It is printed below; --api-key fixes one, --no-token drops it.
+    generated = None if key or a.no_token else secrets.token_urlsafe(24)
+    key = key or generated
     try:
         opts = RLMOptions.from_args(a).with_default_model(
             say=lambda m: err.print(f"[yellow]{m}[/]"))
@@ -92,7 +103,9 @@ def cmd_serve(a: argparse.Namespace) -> int:
                            max_request_bytes=int(a.max_request_mb * 1024 * 1024),
                            served_model=a.served_model_name, allowed_sub_models=allowed,
                            progress=a.progress, rlm_factory=factory,
-                           sessions=a.sessions, session_ttl_s=a.session_ttl)
+                           sessions=a.sessions, session_ttl_s=a.session_ttl,
+                           host=a.host, allow_hosts=list(a.allow_host or []),
+                           allow_origins=list(a.allow_origin or []))
         app = create_app(cfg)
     except (RecursaError, ValueError, TypeError, OSError) as e:
         err.print(f"[red]error:[/] {plain(e)}")
@@ -102,6 +115,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
               f"sandbox {opts.sandbox}; caps {caps}; {a.max_runs} concurrent runs; "
               f"auth {'on' if key else 'OFF'}")
     err.print(f"OpenAI base URL: http://{a.host}:{a.port}/v1  (model name '{a.served_model_name}')")
+    if generated:
+        err.print(f"API key (clients send it as the OpenAI API key): {generated}")
+        err.print("[dim]  (a new one each start: pass --api-key or RECURSA_SERVER_API_KEY to "
+                  "keep one, --no-token for none)[/]")
     serve(app, host=a.host, port=a.port, log_level=a.log_level, loop=a.loop)
     return 0
 

@@ -33,6 +33,8 @@ from typing import Any, Literal
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -43,12 +45,14 @@ from recursa.images import Image, ImageError, from_content_part, sniff
 from recursa.preflight import PreflightError
 from recursa.rlm import RLM
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
+from recursa.server.guard import RequestGuard, RequestPolicy
 from recursa.server.paste import SHORT, split_document, tagged_context
 from recursa.server.sessions import SessionPool, Turn, ask, chat_turn
 from recursa.types import ContextError, Event, ModelClient, RecursaError, Result
 
 log = logging.getLogger("recursa.server")
 
+MAX_JSON_DEPTH = 64           # nesting a request may have; a chat request needs about 8
 QUERY_PREVIEW = 1500          # as RLM does for rlm_query without a context
 ANSWER_CHUNK = 1000           # characters per content delta when streaming the answer
 
@@ -96,6 +100,12 @@ class ServerConfig:
     # `session_ttl_s` unused
     sessions: int = 16
     session_ttl_s: float = 600.0
+    # who may send requests (server/guard.py): the address the server is bound to decides
+    # which Host headers are its own; more names with `allow_hosts`, browser origins with
+    # `allow_origins` ("*": any, for either)
+    host: str = "127.0.0.1"
+    allow_hosts: list[str] = field(default_factory=list)
+    allow_origins: list[str] = field(default_factory=list)
     # Model clients by spec, built once and shared by every request's RLM, so requests reuse
     # the keep-alive (and TLS) connections to the upstream instead of opening their own.
     shared_clients: dict[str, ModelClient] = field(default_factory=dict, repr=False)
@@ -151,6 +161,22 @@ def error_response(status: int, message: str, *, type_: str = "invalid_request_e
 
 class _TooLarge(Exception):
     pass
+
+
+_TOO_DEEP = object()
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether JSON `value` nests deeper than `limit` (iterative: no recursion to run out of,
+    here or later, where the run copies and hashes the request's parts)."""
+    stack = [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict | list):
+            if d > limit:
+                return True
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -516,6 +542,10 @@ class RunResponse:
         except Exception as e:  # noqa: BLE001 - a failed run is reported, never a crash
             log.exception("run %s failed", self.id)
             return error_response(500, f"{type(e).__name__}: {e}", type_="server_error")
+        except asyncio.CancelledError:   # cancelled from within (not by this client leaving)
+            log.error("run %s was cancelled by the server", self.id)
+            return error_response(500, "the run was cancelled by the server",
+                                  type_="server_error")
 
     def _failed(self, res: Result) -> Response | None:
         if res.status == "error" and not res.answer:
@@ -676,6 +706,11 @@ def create_app(config: ServerConfig) -> Starlette:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             return error_response(400, f"the request body is not valid JSON: {e}")
+        except RecursionError:   # the parser's own stack ran out: '[' * 100000
+            body = _TOO_DEEP
+        if body is _TOO_DEEP or _depth_over(body, MAX_JSON_DEPTH):
+            return error_response(400, f"the request body is nested more than "
+                                  f"{MAX_JSON_DEPTH} levels deep", code="json_too_deep")
         try:
             return parse_chat(body, config)
         except RequestError as e:
@@ -724,7 +759,16 @@ def create_app(config: ServerConfig) -> Starlette:
             await pool.aclose_all()
         await config.aclose_clients()
 
-    app = Starlette(lifespan=lifespan, exception_handlers={HTTPException: http_error}, routes=[
+    # Outermost: refuse other hosts, foreign origins and non-JSON bodies before any route
+    # (guard.py); then CORS headers for the origins the user allowed.
+    policy = RequestPolicy.for_bind(config.host, config.allow_hosts, config.allow_origins)
+    middleware = [Middleware(RequestGuard, policy=policy)]
+    if config.allow_origins:
+        middleware.append(Middleware(
+            CORSMiddleware, allow_origins=sorted(policy.origins), allow_methods=["GET", "POST"],
+            allow_headers=["authorization", "content-type"], max_age=600))
+    app = Starlette(lifespan=lifespan, exception_handlers={HTTPException: http_error},
+                    middleware=middleware, routes=[
         Route("/v1/models", guarded(models), methods=["GET"]),
         Route("/v1/models/{name:path}", guarded(model), methods=["GET"]),
         Route("/v1/chat/completions", guarded(chat), methods=["POST"]),

@@ -68,8 +68,14 @@ class SessionPool:
         self.evicted = 0
 
     def __len__(self) -> int:
+        """Idle sessions still open (those that timed out since are forgotten here)."""
         with self._lock:
+            self._forget_closed()
             return len(self._items)
+
+    def _forget_closed(self) -> None:
+        for k in [k for k, s in self._items.items() if s.closed]:   # timed out meanwhile
+            del self._items[k]
 
     def take(self, key: str) -> Session | None:
         """The session filed under `key`, out of the pool (None if none, or it timed out)."""
@@ -78,18 +84,24 @@ class SessionPool:
         return None if s is None or s.closed else s
 
     def put(self, key: str, session: Session) -> None:
-        """File `session` under `key`; close the least recently used beyond the bound."""
+        """File `session` under `key`; close the least recently used beyond the bound, and a
+        session already filed under `key` (two clients that sent the same conversation: the
+        later answer wins, the earlier sandbox is not left open until its TTL)."""
         if session.closed:
             return
         with self._lock:
-            for k in [k for k, s in self._items.items() if s.closed]:   # timed out meanwhile
+            self._forget_closed()
+            for k in [k for k, s in self._items.items() if s is session]:  # one key each
                 del self._items[k]
+            replaced = self._items.pop(key, None)
             self._items[key] = session
-            self._items.move_to_end(key)
             victims = []
             while len(self._items) > self.max_sessions:
                 victims.append(self._items.popitem(last=False)[1])
             self.evicted += len(victims)
+        if replaced is not None:
+            _close_later(replaced, "by the server (another session was filed under its "
+                                   "conversation)")
         for s in victims:
             _close_later(s, f"on eviction (the server keeps at most {self.max_sessions} "
                             f"idle sessions)")
@@ -110,6 +122,18 @@ class SessionPool:
 
 def _answered(messages: Sequence[dict[str, Any]]) -> bool:
     return any(m.get("role") == "assistant" for m in messages)
+
+
+def _lapsed(session: Session, error: BaseException) -> bool:
+    """Whether `error` only says the session closed itself (its idle timeout) before the
+    question began: SessionClosed, or its pending question cancelled while this task was not."""
+    import asyncio
+
+    from recursa.session import SessionClosed
+    task = asyncio.current_task()
+    return session.closed and (isinstance(error, SessionClosed) or (
+        isinstance(error, asyncio.CancelledError) and task is not None
+        and task.cancelling() == 0))
 
 
 def _close_later(session: Session, reason: str) -> None:
@@ -148,10 +172,9 @@ async def ask(pool: SessionPool, turn: Turn, make: Callable[[], Session], query:
     """Answer `query` in the session the conversation continues (or a new one from `make`),
     then file the session under the conversation including this answer. A question cancelled
     or failed without an answer files it back under the key the client will send again."""
-    session = pool.take(turn.prefix_key) if turn.prefix_key else None
-    reused = session is not None
-    if session is None:
-        session = make()
+    taken = pool.take(turn.prefix_key) if turn.prefix_key else None
+    reused = taken is not None
+    session = taken if taken is not None else make()
     def file_for_retry() -> None:
         # the client will send this conversation again; a first question's session is not
         # kept (its key would be just a system prompt, which other conversations share)
@@ -159,11 +182,18 @@ async def ask(pool: SessionPool, turn: Turn, make: Callable[[], Session], query:
             pool.put(conversation_key(turn.upto[:-1], turn.scope), session)
         else:
             _close_later(session, "by the server (its first question got no answer)")
-    try:
-        res = await session.acompletion(query, output=output, on_event=on_event, **limits)
-    except BaseException:
-        file_for_retry()
-        raise
+    while True:
+        try:
+            res = await session.acompletion(query, output=output, on_event=on_event, **limits)
+            break
+        except BaseException as e:
+            if reused and _lapsed(session, e):
+                # its idle timeout struck between `take` and the question (nothing ran): the
+                # conversation goes on in a new session rather than failing
+                session, reused = make(), False
+                continue
+            file_for_retry()
+            raise
     if res.status == "error" and not res.answer:
         file_for_retry()
     else:
