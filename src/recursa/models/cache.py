@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..privatefiles import private_dir, touch_private
 from ..types import Completion, Message, ModelClient, RecursaError, Usage
 from .streaming import OnDelta, complete_streaming
 
@@ -158,7 +159,9 @@ class ResponseCache:
             raise CacheError(f"response cache {self.path} is a directory; give a file path "
                              "(e.g. responses.sqlite)", "unwritable")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # prompts and replies: a new file is 0600 in 0700 directories (privatefiles.py);
+            # sqlite gives its -wal and -shm files the database file's mode
+            private_dir(self.path.parent)
         except OSError as e:
             raise CacheError(f"response cache {self.path}: cannot create its directory "
                              f"({e.strerror or e})", "unwritable") from e
@@ -166,6 +169,11 @@ class ResponseCache:
                 self.path.exists() and not os.access(self.path, os.R_OK | os.W_OK)):
             raise CacheError(f"response cache {self.path} is not writable (check the "
                              "permissions, or pass another path)", "unwritable")
+        try:
+            touch_private(self.path)
+        except OSError as e:
+            raise CacheError(f"response cache {self.path}: cannot create it "
+                             f"({e.strerror or e})", "unwritable") from e
         self._setup(self._conn())
 
     def __repr__(self) -> str:
