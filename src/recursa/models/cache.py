@@ -19,6 +19,7 @@ gives a different reply each time, so such calls are cached only with a `seed` o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -141,7 +142,9 @@ class ResponseCache:
     """One sqlite file of responses, safe to share between threads and processes.
 
     Each thread gets its own connection (sqlite connections must not be shared across threads
-    mid-statement); WAL lets readers run while one process writes, and the busy timeout makes a
+    mid-statement); the connections of threads that have ended are closed when the next one is
+    opened, so a long-lived process that makes threads (a session's runner thread each) keeps
+    one per live thread, not one per thread it ever had (two file descriptors each). WAL lets readers run while one process writes, and the busy timeout makes a
     concurrent writer wait instead of failing. Opening checks the file at once: a corrupt or
     foreign file, or a directory that cannot be written, raises CacheError naming it.
     """
@@ -151,7 +154,7 @@ class ResponseCache:
         self.path = Path(path).expanduser() if path else default_cache_path()
         self.busy_timeout = busy_timeout
         self._local = threading.local()
-        self._conns: list[sqlite3.Connection] = []
+        self._conns: list[tuple[threading.Thread, sqlite3.Connection]] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
@@ -196,7 +199,12 @@ class ResponseCache:
                 raise self._error(e) from e
             self._local.conn = conn
             with self._lock:
-                self._conns.append(conn)
+                ended = [c for t, c in self._conns if not t.is_alive()]
+                self._conns = [(t, c) for t, c in self._conns if t.is_alive()]
+                self._conns.append((threading.current_thread(), conn))
+            for c in ended:      # their threads are gone: nothing can be mid-statement on them
+                with contextlib.suppress(sqlite3.Error):
+                    c.close()
         return conn
 
     def _error(self, e: BaseException) -> CacheError:
@@ -309,11 +317,9 @@ class ResponseCache:
         with self._lock:
             conns, self._conns = self._conns, []
             self._closed = True
-        for c in conns:
-            try:
+        for _, c in conns:
+            with contextlib.suppress(sqlite3.Error):
                 c.close()
-            except sqlite3.Error:
-                pass
         _OPEN.pop((os.getpid(), str(self.path.resolve())), None)
 
 
