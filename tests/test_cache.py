@@ -298,6 +298,31 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
         store.close()
 
 
+def test_connections_of_ended_threads_are_closed(tmp_path: Path) -> None:
+    """Each thread gets a connection (two file descriptors); a process that makes a thread per
+    session must not keep one per thread it ever had."""
+    import threading
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    store = ResponseCache(tmp_path / "c.sqlite")
+    store.put("k", {"text": "v"}, model="m")
+    before = fds()
+    for _ in range(40):
+        t = threading.Thread(target=lambda: store.get("k"))
+        t.start()
+        t.join()
+    assert fds() <= before + 4          # 40 threads' connections left open would be +80
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(store.get("k")))
+    t.start()
+    t.join()
+    assert got == [{"text": "v"}] and store.get("k") == {"text": "v"}
+    store.close()
+    assert fds() < before
+
+
 def test_clear_and_stats(tmp_path: Path) -> None:
     store = ResponseCache(tmp_path / "c.sqlite")
     store.put("k1", {"text": "a"}, model="x")

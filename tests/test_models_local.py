@@ -25,6 +25,7 @@ from recursa.models.local import LocalClient
 from recursa.models.replay import ReplayClient
 from recursa.trace import load
 from recursa.types import ModelError
+from test_llama_socket import tcp_listeners
 
 QUESTION = [{"role": "user", "content": "What is 2+3? Reply with just the number."}]
 
@@ -38,11 +39,13 @@ async def test_missing_file_is_a_clear_error(tmp_path, monkeypatch):
     assert not ei.value.retryable
 
 
-def test_server_argv_is_loopback_and_keeps_the_token_off_the_command_line():
+def test_server_argv_is_a_unix_socket_and_keeps_the_token_off_the_command_line():
     cfg = llama_server.ServerConfig(binary="/x/llama-server", model="/m.gguf", n_ctx=4096,
                                     slots=3)
-    argv = cfg.argv(5555)
-    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    argv = cfg.argv("/tmp/d/llama.sock")
+    assert argv[argv.index("--host") + 1] == "/tmp/d/llama.sock" and "--port" not in argv
+    with pytest.raises(ValueError, match=".sock"):
+        cfg.argv("/tmp/d/llama")      # llama.cpp would take it for a host name
     assert "--api-key" not in argv
     assert argv[argv.index("-np") + 1] == "3" and "--kv-unified" in argv
     assert argv[argv.index("--kv-unified-per-slot") + 1] == "4096"
@@ -78,10 +81,13 @@ async def test_server_answers_and_is_shared_by_clients(smol):
     await c2.complete(QUESTION, temperature=0, max_tokens=4)
     assert len(llama_server.running()) == 1          # same config: one process, loaded once
     srv = llama_server.running()[0]
-    # the server is a separate process, on loopback, and refuses requests without the token
-    assert srv.proc.pid != os.getpid() and srv.base_url.startswith("http://127.0.0.1:")
+    # the server is a separate process, on a Unix socket in a private directory (no TCP port
+    # to race for), and refuses requests without the token
+    assert srv.proc.pid != os.getpid()
+    assert tcp_listeners(srv.proc.pid) == [] and Path(srv.socket_path).is_socket()
+    assert Path(srv.socket_path).parent.stat().st_mode & 0o777 == 0o700
     import httpx
-    async with httpx.AsyncClient() as h:
+    async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=srv.socket_path)) as h:
         r = await h.post(srv.base_url + "/v1/chat/completions", json={"messages": QUESTION})
     assert r.status_code == 401
     await c.aclose()
@@ -165,19 +171,17 @@ def _root_with_a_subcall(messages):
 
 def _kill_when_busy(srv: llama_server.LlamaServer) -> None:
     """In a thread: SIGKILL the model process as soon as a slot is generating."""
+    import http.client
     import json
     import threading
-    import urllib.request
 
     def run() -> None:
-        req = urllib.request.Request(srv.base_url + "/slots",
-                                     headers={"Authorization": f"Bearer {srv.token}"})
         for _ in range(1200):
             try:
-                with urllib.request.urlopen(req, timeout=2) as r:
-                    if any(s.get("is_processing") for s in json.loads(r.read())):
-                        break
-            except OSError:
+                status, body = srv.request("GET", "/slots", timeout=2)
+                if status == 200 and any(s.get("is_processing") for s in json.loads(body)):
+                    break
+            except (OSError, http.client.HTTPException):
                 pass
             time.sleep(0.05)
         os.kill(srv.proc.pid, signal.SIGKILL)

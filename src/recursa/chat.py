@@ -101,7 +101,8 @@ def _history() -> Any:
         yield
     finally:
         with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
+            from recursa.privatefiles import touch_private
+            touch_private(path)       # the questions asked: owner-only, as the traces
             readline.set_history_length(1000)
             readline.write_history_file(path)
 

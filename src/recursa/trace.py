@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recursa.privatefiles import open_private
 from recursa.types import Event, RoleUsage, TraceSink, Usage
 
 TRACE_FORMAT = "recursa-trace/1"
@@ -78,8 +79,8 @@ class JsonlSink:
 
     def __init__(self, path: str | Path, redact: Callable[[str], str] | None = None):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        # prompts, contexts and answers: 0600 in 0700 directories (privatefiles.py)
+        self._f = open_private(self.path, "a")
         self._lock = threading.Lock()
         self._redact = redact or Redactor()
         self._headed: set[str] = set()

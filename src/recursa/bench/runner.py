@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
+from recursa.privatefiles import open_private, private_dir
 from recursa.types import Result
 
 from .methods import MethodConfig, run_method
@@ -179,11 +180,12 @@ class ResultsFile:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         self.rows: dict[str, dict[str, Any]] = {}
         self.skipped_lines = 0
         self._repair_and_load()
-        self._f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        # rows carry answers and errors (which may quote the context): owner-only
+        self._f = open_private(self.path, "a")
         self._lock = threading.Lock()
 
     def _repair_and_load(self) -> None:

@@ -30,6 +30,7 @@ from recursa.bench.runner import AsyncioExecutor
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher, Node
 from recursa.envs.base import ENVS, Env, check_variant, get_env
+from recursa.privatefiles import open_private
 from recursa.recorder import RunRecorder, result_from
 from recursa.tools import ToolSet, run_tool_loop
 from recursa.trace import JsonlSink, Tracer, new_id
@@ -71,7 +72,7 @@ def record_reward(trace_path: str | Path, run_id: str, reward: float, **info: An
     """Append the reward of a finished run to its trace (see the module docstring)."""
     ev = Event(kind="run", id=new_id(), parent=None, run_id=run_id, phase="point",
                t=time.time(), depth=0, data={"reward": float(reward), **info})
-    with open(trace_path, "a", encoding="utf-8") as f:
+    with open_private(trace_path, "a") as f:
         f.write(ev.model_dump_json() + "\n")
 
 
@@ -377,8 +378,7 @@ async def run_rollouts(env: Env | str, variants: list[str], n: int, *,
 
 
 def write_results(rollouts: list[Rollout], path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    with open_private(path, "w") as f:      # answers and rewards: owner-only, as traces
         for r in rollouts:
             f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
 

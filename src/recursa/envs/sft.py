@@ -26,6 +26,7 @@ from typing import Any
 from recursa import prompts
 from recursa.envs.base import strip_tips
 from recursa.loop import KEEP
+from recursa.privatefiles import write_private_text
 from recursa.trace import Run, TraceNode, load_runs
 
 Messages = list[dict[str, str]]
@@ -253,6 +254,6 @@ def export_sft(paths: Iterable[str | Path], out: str | Path, *, min_reward: floa
                 add(msgs, info, "root")
             for s in subs:
                 add(s, info, "sub")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    # the conversations of the traces: owner-only, as the traces are
+    write_private_text(out, "".join(line + "\n" for line in lines))
     return stats

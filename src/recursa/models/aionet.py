@@ -137,10 +137,11 @@ class AsyncioTransport(httpx.AsyncHTTPTransport):
     """httpx's own transport (requests, responses, error mapping) over an httpcore pool that
     uses `AsyncioBackend`. For direct connections only: proxies keep httpx's transports."""
 
-    def __init__(self, *, ssl_context: ssl.SSLContext, limits: httpx.Limits) -> None:
+    def __init__(self, *, ssl_context: ssl.SSLContext, limits: httpx.Limits,
+                 uds: str | None = None) -> None:
         super().__init__(verify=ssl_context, limits=limits, trust_env=False)
         # httpx takes no network backend; its transport sends everything through `_pool`
         self._pool = httpcore.AsyncConnectionPool(
             ssl_context=ssl_context, max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry, network_backend=AsyncioBackend())
+            keepalive_expiry=limits.keepalive_expiry, uds=uds, network_backend=AsyncioBackend())

@@ -19,6 +19,7 @@ gives a different reply each time, so such calls are cached only with a `seed` o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -31,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..privatefiles import private_dir, touch_private
 from ..types import Completion, Message, ModelClient, RecursaError, Usage
 from .streaming import OnDelta, complete_streaming
 
@@ -140,7 +142,9 @@ class ResponseCache:
     """One sqlite file of responses, safe to share between threads and processes.
 
     Each thread gets its own connection (sqlite connections must not be shared across threads
-    mid-statement); WAL lets readers run while one process writes, and the busy timeout makes a
+    mid-statement); the connections of threads that have ended are closed when the next one is
+    opened, so a long-lived process that makes threads (a session's runner thread each) keeps
+    one per live thread, not one per thread it ever had (two file descriptors each). WAL lets readers run while one process writes, and the busy timeout makes a
     concurrent writer wait instead of failing. Opening checks the file at once: a corrupt or
     foreign file, or a directory that cannot be written, raises CacheError naming it.
     """
@@ -150,7 +154,7 @@ class ResponseCache:
         self.path = Path(path).expanduser() if path else default_cache_path()
         self.busy_timeout = busy_timeout
         self._local = threading.local()
-        self._conns: list[sqlite3.Connection] = []
+        self._conns: list[tuple[threading.Thread, sqlite3.Connection]] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
@@ -158,7 +162,9 @@ class ResponseCache:
             raise CacheError(f"response cache {self.path} is a directory; give a file path "
                              "(e.g. responses.sqlite)", "unwritable")
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # prompts and replies: a new file is 0600 in 0700 directories (privatefiles.py);
+            # sqlite gives its -wal and -shm files the database file's mode
+            private_dir(self.path.parent)
         except OSError as e:
             raise CacheError(f"response cache {self.path}: cannot create its directory "
                              f"({e.strerror or e})", "unwritable") from e
@@ -166,6 +172,11 @@ class ResponseCache:
                 self.path.exists() and not os.access(self.path, os.R_OK | os.W_OK)):
             raise CacheError(f"response cache {self.path} is not writable (check the "
                              "permissions, or pass another path)", "unwritable")
+        try:
+            touch_private(self.path)
+        except OSError as e:
+            raise CacheError(f"response cache {self.path}: cannot create it "
+                             f"({e.strerror or e})", "unwritable") from e
         self._setup(self._conn())
 
     def __repr__(self) -> str:
@@ -188,7 +199,12 @@ class ResponseCache:
                 raise self._error(e) from e
             self._local.conn = conn
             with self._lock:
-                self._conns.append(conn)
+                ended = [c for t, c in self._conns if not t.is_alive()]
+                self._conns = [(t, c) for t, c in self._conns if t.is_alive()]
+                self._conns.append((threading.current_thread(), conn))
+            for c in ended:      # their threads are gone: nothing can be mid-statement on them
+                with contextlib.suppress(sqlite3.Error):
+                    c.close()
         return conn
 
     def _error(self, e: BaseException) -> CacheError:
@@ -301,11 +317,9 @@ class ResponseCache:
         with self._lock:
             conns, self._conns = self._conns, []
             self._closed = True
-        for c in conns:
-            try:
+        for _, c in conns:
+            with contextlib.suppress(sqlite3.Error):
                 c.close()
-            except sqlite3.Error:
-                pass
         _OPEN.pop((os.getpid(), str(self.path.resolve())), None)
 
 

@@ -39,7 +39,8 @@ class LoopPool:
 
     `trust_env=True` honours HTTP(S)_PROXY / ALL_PROXY / NO_PROXY and SSL_CERT_FILE as httpx
     does; a client of a server we started ourselves passes False. A caller's own `client` is
-    used as it is, in whatever loop it belongs to."""
+    used as it is, in whatever loop it belongs to. `uds`: connect to this Unix socket instead
+    of the URL's host and port (a server we started; see `use_socket`)."""
 
     def __init__(self, *, max_connections: int = 64, trust_env: bool = True, tls: bool = True,
                  headers: Mapping[str, str] | None = None,
@@ -51,6 +52,7 @@ class LoopPool:
         self.tls = tls
         self.headers = dict(headers or {})
         self._given = client
+        self.uds: str | None = None
         self._clients: list[httpx.AsyncClient] = []
         self._busy: list[int] = []        # requests in flight per shard
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -99,6 +101,16 @@ class LoopPool:
             return len(busy) - 1
         return busy.index(low)
 
+    async def use_socket(self, path: str) -> None:
+        """Send this pool's requests to the Unix socket `path` from now on. A new path (the
+        server was restarted) drops and closes this loop's clients of the old one."""
+        if path == self.uds:
+            return
+        old = self._clients if self._loop is asyncio.get_running_loop() else []
+        self.uds, self._clients, self._busy = path, [], []
+        if old:
+            await asyncio.gather(*(c.aclose() for c in old), return_exceptions=True)
+
     def _new_client(self) -> httpx.AsyncClient:
         if self._verify is None:    # once per loop
             from . import tls
@@ -108,10 +120,14 @@ class LoopPool:
             self._verify = tls.shared_ssl_context() if https else tls.plain_http_context()
             # httpx mounts the environment's proxies only on a client with its own transport
             self._direct = not proxies
-        transport = None
+        transport: httpx.AsyncBaseTransport | None = None
         if self._direct:
             from .aionet import AsyncioTransport
-            transport = AsyncioTransport(ssl_context=self._verify, limits=self._limits)
+            transport = AsyncioTransport(ssl_context=self._verify, limits=self._limits,
+                                         uds=self.uds)
+        elif self.uds is not None:      # a socket is never proxied
+            transport = httpx.AsyncHTTPTransport(verify=self._verify, limits=self._limits,
+                                                 uds=self.uds)
         return httpx.AsyncClient(transport=transport, limits=self._limits, timeout=None,
                                  verify=self._verify, trust_env=self.trust_env,
                                  headers=self.headers)

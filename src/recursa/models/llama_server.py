@@ -2,8 +2,12 @@
 
 The model runs outside the host process, so a crash in native code (SIGILL on a CPU without an
 instruction, SIGSEGV, the OOM killer) ends one run with a clear error instead of killing the
-host or the test runner. The server listens on 127.0.0.1 on a free port and requires a random
-bearer token (passed in its environment, not on its command line); it dies with the host
+host or the test runner. The server listens on a Unix socket in a private (0700) directory of its
+own, not on a TCP port: no port is picked and then bound later (a race in which another process
+could take the port and receive our requests and token), and no other user can connect at all.
+It also requires a random bearer token (passed in its environment, not on its command line).
+llama.cpp listens on a Unix socket when `--host` ends in `.sock` (since March 2025, llama.cpp
+PR 12613; the pinned runtime has it; a $RECURSA_LLAMA_SERVER must be that recent). It dies with the host
 (PR_SET_PDEATHSIG, set from one long-lived launcher thread so that it is not tied to the
 lifetime of whichever thread first asked for the model), and is stopped at interpreter exit.
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import ctypes
+import http.client
 import os
 import secrets
 import signal
@@ -27,8 +32,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,9 +57,12 @@ class ServerConfig:
     cache_ram_mib: int = 2048  # host-RAM prompt cache shared by the slots
     extra_args: tuple[str, ...] = ()
 
-    def argv(self, port: int) -> list[str]:
+    def argv(self, socket_path: str) -> list[str]:
+        """The command line; llama.cpp listens on a Unix socket when `--host` ends in .sock."""
+        if not socket_path.endswith(".sock"):
+            raise ValueError(f"llama-server socket path must end in .sock: {socket_path}")
         threads = str(self.threads or _cpu_count())
-        return [self.binary, "-m", self.model, "--host", "127.0.0.1", "--port", str(port),
+        return [self.binary, "-m", self.model, "--host", socket_path,
                 "-np", str(self.slots), "--kv-unified", "--kv-unified-per-slot", str(self.n_ctx),
                 "-t", threads, "-tb", threads, "--cache-ram", str(self.cache_ram_mib),
                 "--no-webui", "--jinja", "--no-warmup", *self.extra_args]
@@ -89,6 +95,36 @@ def _set_pdeathsig() -> None:   # runs in the child between fork and exec
 # as long as the process.
 _launcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="recursa-llama-launch")
 
+# sun_path holds 108 bytes on Linux, 104 on macOS
+_MAX_SOCKET_PATH = 100
+
+
+def _private_tempdir() -> tempfile.TemporaryDirectory[str]:
+    """A 0700 directory (mkdtemp's mode) short enough to hold the socket's path."""
+    d = tempfile.TemporaryDirectory(prefix="recursa-llama-")
+    if len(os.fsencode(d.name)) + len("/llama.sock") <= _MAX_SOCKET_PATH:
+        return d
+    d.cleanup()       # a long $TMPDIR (macOS's is ~50 bytes, some are longer)
+    return tempfile.TemporaryDirectory(prefix="recursa-llama-", dir="/tmp")
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over a Unix socket (the health check; runs use httpx's `uds`)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
 
 class LlamaServer:
     """One llama-server process. `start()` blocks until it serves (or raises ModelError)."""
@@ -97,15 +133,17 @@ class LlamaServer:
         self.config = config
         self.name = name
         self.token = secrets.token_urlsafe(24)
-        self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
-        self._logdir = tempfile.TemporaryDirectory(prefix="recursa-llama-")
+        self._logdir = _private_tempdir()
         self.log_path = Path(self._logdir.name) / "server.log"
+        # in the server's own 0700 directory: nobody else can connect, or bind it first
+        self.socket_path = str(Path(self._logdir.name) / "llama.sock")
         self.started_s = 0.0
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """The URL to put requests under; they go to `socket_path` (httpx: `uds=`)."""
+        return "http://localhost"
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -127,9 +165,6 @@ class LlamaServer:
                 f"{signal_name(rc)}.{_explain(rc)}")
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        with socket.socket() as s:      # a free loopback port; the server binds it right after
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LLAMA_API_KEY": self.token,
                # OpenMP threads spin while idle by default; on a shared 2-core box that starves
                # everything else (the sandbox, other servers) for no gain
@@ -139,7 +174,7 @@ class LlamaServer:
             # its own session: a Ctrl-C in the terminal (which signals the whole foreground
             # process group) cancels a question in `recursa chat`, and must not also start the
             # server's shutdown; it still dies with us (parent-death signal)
-            return subprocess.Popen(self.config.argv(self.port), stdin=subprocess.DEVNULL,
+            return subprocess.Popen(self.config.argv(self.socket_path), stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, env=env,
                                     preexec_fn=_set_pdeathsig, cwd=self._logdir.name,
                                     start_new_session=True)
@@ -157,6 +192,10 @@ class LlamaServer:
                 tail = self.log_tail()
                 bad_file = "failed to load model" in tail or "gguf" in tail.lower()
                 hint = (f" Is {self.config.model} a complete GGUF file?" if bad_file else "")
+                if "couldn't bind" in tail or "could not bind" in tail:
+                    hint = (" This llama-server cannot listen on a Unix socket (llama.cpp "
+                            "before March 2025?): use recursa's runtime (unset "
+                            "RECURSA_LLAMA_SERVER) or a newer llama.cpp build.")
                 raise ModelError(f"{why}{hint}\nserver log:\n{tail}", retryable=False)
             if self._healthy():
                 self.started_s = time.monotonic() - t0
@@ -167,13 +206,20 @@ class LlamaServer:
                                  f"{timeout:.0f} s\nserver log:\n{self.log_tail()}")
             time.sleep(0.1)
 
-    def _healthy(self) -> bool:
-        req = urllib.request.Request(self.base_url + "/health",
-                                     headers={"Authorization": f"Bearer {self.token}"})
+    def request(self, method: str, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
+        """One authorised request over the socket (status, body), for checks and tests."""
+        conn = _UnixHTTPConnection(self.socket_path, timeout)
         try:
-            with urllib.request.urlopen(req, timeout=2) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError):
+            conn.request(method, path, headers={"Authorization": f"Bearer {self.token}"})
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
+
+    def _healthy(self) -> bool:
+        try:
+            return self.request("GET", "/health", timeout=2)[0] == 200
+        except (OSError, http.client.HTTPException):
             return False
 
     def stop(self) -> None:

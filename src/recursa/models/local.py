@@ -155,6 +155,7 @@ class LocalClient:
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
         body, timeout = self._body(messages, options)
         srv = await asyncio.to_thread(self._ensure_server)
+        await self._http.use_socket(srv.socket_path)
         t0 = time.perf_counter()
         try:
             async with self._http.lease() as http:
@@ -193,6 +194,7 @@ class LocalClient:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         srv = await asyncio.to_thread(self._ensure_server)
+        await self._http.use_socket(srv.socket_path)
         t0 = time.perf_counter()
         pieces = Pieces(on_delta)
         usage: dict[str, Any] = {}

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from recursa.privatefiles import write_private_text
 from recursa.trace import TRACE_FORMAT, load_runs, read_trace
 from recursa.types import Event
 from recursa.viewer import assets
@@ -56,6 +57,5 @@ def write_html(trace: str | Path, out: str | Path | None = None, *,
     events = [e for e in raw.events if e.run_id == run.run_id]
     label = (run.query or "").strip().splitlines()[0][:80] if run.query else trace.name
     page = render_html(events, title=f"recursa · {label}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    write_private_text(out, page)     # the page holds the whole run: owner-only, as the trace
     return out
