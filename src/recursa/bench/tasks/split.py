@@ -1,0 +1,73 @@
+"""The held-out protocol: every new family draws its seeds' randomness, its templates (phrasings
+of needles, records and questions) and its haystack text from one of two disjoint splits.
+
+- ``dev``: for tuning prompts, worked examples, tips and guards;
+- ``test``: the split the committed tables report (the default).
+
+Seeds: the split's name is part of every random key, so dev seed 3 and test seed 3 are unrelated
+instances. Templates: each family keeps its phrasings in ``{"dev": [...], "test": [...]}`` lists
+with no phrasing in both. Haystack sources: a corpus's paragraphs are assigned to a split by a
+stable hash of their title (or text), a third to dev and two thirds to test, so no paragraph of
+real text appears in both.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Sequence
+from functools import cache
+from typing import Any, TypeVar
+
+from ..corpora import Corpus, get_corpus
+
+SPLITS = ("dev", "test")
+DEFAULT_SPLIT = "test"
+T = TypeVar("T")
+
+
+def check_split(split: str | None) -> str:
+    split = split or DEFAULT_SPLIT
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+    return split
+
+
+def split_rng(task: str, split: str, seed: int, length: int, *extra: Any) -> random.Random:
+    """A random stream per (task, split, seed, length): distinct splits never share one."""
+    key = ":".join(str(x) for x in (task, split, seed, length, *extra))
+    return random.Random(key)
+
+
+def paragraph_split(title: str, text: str) -> str:
+    """Which split a corpus paragraph belongs to (stable across machines and runs)."""
+    h = zlib.crc32((title or text[:200]).encode("utf-8"))
+    return "dev" if h % 3 == 0 else "test"
+
+
+@cache
+def split_corpus(name: str | None, split: str) -> Corpus:
+    """The paragraphs of a corpus that belong to ``split`` (titles/labels kept parallel)."""
+    corp = get_corpus(name)
+    titles = corp.titles or ("",) * len(corp.paragraphs)
+    labels = corp.labels or ("",) * len(corp.paragraphs)
+    keep = [i for i, (t, p) in enumerate(zip(titles, corp.paragraphs, strict=True))
+            if paragraph_split(t, p) == split]
+    return Corpus(
+        name=corp.name, source=corp.source, license=corp.license,
+        paragraphs=tuple(corp.paragraphs[i] for i in keep),
+        titles=tuple(titles[i] for i in keep) if corp.titles else (),
+        labels=tuple(labels[i] for i in keep) if corp.labels else (),
+        extra={"split": split},
+    )
+
+
+def pick(templates: dict[str, Sequence[T]], split: str) -> Sequence[T]:
+    """The split's own templates."""
+    return templates[check_split(split)]
+
+
+def halves(items: Sequence[T]) -> dict[str, list[T]]:
+    """Split a word list into dev (every third item) and test (the rest), disjoint."""
+    return {"dev": [x for i, x in enumerate(items) if i % 3 == 0],
+            "test": [x for i, x in enumerate(items) if i % 3 != 0]}
