@@ -163,18 +163,31 @@ def test_bootstrap_ci() -> None:
     assert bootstrap_ci(vals) == (lo, hi)              # seeded: reproducible
 
 
-def _cli_args(out: Path, n: int, *extra: str) -> list[str]:
+def _cli_args(out: Path, n: int, *extra: str, baselines: bool = False) -> list[str]:
     return ["bench", "run", "--task", "sniah", "--lengths", "1k,2k", "--method", "rlm,direct",
             "-n", str(n), "--out", str(out), "--model", "replay:", "--sandbox", "inprocess",
-            "--client-option", f"responder={RESPONDER}", "--max-iterations", "3", *extra]
+            "--client-option", f"responder={RESPONDER}", "--max-iterations", "3",
+            *([] if baselines else ["--no-baselines"]), *extra]
 
 
 def test_cli_run_list_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(_cli_args(tmp_path, 2, "--no-progress")) == 0
-    assert len(load_rows(tmp_path)) == 8
+    """By default the three no-model baselines run beside the methods, under the model
+    'none', and the report sets each method against the best of them."""
+    assert main(_cli_args(tmp_path, 2, "--no-progress", baselines=True)) == 0
+    rows = load_rows(tmp_path)
+    assert len(rows) == 8 + 2 * 2 * 3
+    base = [r for r in rows if r["method"] in ("grep", "regex", "constant")]
+    assert len(base) == 12 and {r["model"] for r in base} == {"none"}
+    assert all(r["tokens"] == 0 and r["cost_usd"] == 0 and r["status"] == "final"
+               for r in base)
+    # S-NIAH is the task a grep passes: regex finds its only 7-digit number every time
+    assert all(r["score"] == 1.0 for r in base if r["method"] == "regex")
     assert main(["bench", "report", str(tmp_path), "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert "sniah" in out and "bootstrap" in out and "direct" in out
+    # the scripted model answers right too, so it ties regex: not above it, said so
+    md = (tmp_path / "results.md").read_text()
+    assert "NOT above regex 1.00" in md and "(baseline)" in md
     assert main(["bench", "list"]) == 0
     assert "codeact-bm25" in capsys.readouterr().out
     assert main(["bench", "run", "--task", "nope", "--out", str(tmp_path),

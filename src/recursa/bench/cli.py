@@ -53,8 +53,17 @@ def register(sub: Any) -> None:
     r.add_argument("--depth", type=int, default=1, help="rlm recursion depth (rlm-dN overrides)")
     r.add_argument("--truncate", action="store_true",
                    help="direct: cut an input that does not fit the window (else: a failure)")
-    r.add_argument("--window", type=int, help="root model window in tokens (direct); default: "
-                                              "the client's own (a local model's n_ctx)")
+    r.add_argument("--window", type=int,
+                   help="the model window in tokens, the same for every method: a local model "
+                        "runs with this n_ctx (unless --n-ctx says otherwise) and direct refuses "
+                        "inputs beyond it; default: the client's own (a local model's n_ctx)")
+    r.add_argument("--split", choices=["dev", "test"], default="test",
+                   help="held-out families: dev (for tuning prompts, examples, tips) or test "
+                        "(the split published tables report; default)")
+    r.add_argument("--baselines", default="grep,regex,constant",
+                   help="no-model baselines run beside the methods on every instance "
+                        "(comma-separated; default grep,regex,constant)")
+    r.add_argument("--no-baselines", action="store_true", help="run no baselines")
     r.add_argument("--chunk-tokens", type=int, default=2000, help="compaction window")
     r.add_argument("--passage-tokens", type=int, default=200, help="codeact-bm25 passage size")
     r.add_argument("--client-option", type=_kv, action="append", default=[],
@@ -93,9 +102,18 @@ def cmd_run(a: argparse.Namespace) -> int:
         lengths = [parse_length(x) for x in _csv(a.lengths)]
         client_options = dict(a.client_option)
         client_options.update(opts.client_options())
+        window = a.window or client_options.get("n_ctx")
+        if a.window and "n_ctx" not in client_options and any(
+                (m or "").startswith("local:") for m in (opts.model, opts.sub_model)):
+            client_options["n_ctx"] = a.window     # the local model really runs with it
         configs = []
+        from .baselines import BASELINES
+        baselines = [] if a.no_baselines else _csv(a.baselines)
         for label in _csv(a.method):
             name, depth, truncate = parse_method(label, a.depth, a.truncate)
+            if name in BASELINES:        # asked for as a method: still a model-free baseline
+                baselines += [name] if name not in baselines else []
+                continue
             configs.append(MethodConfig(
                 method=name, depth=depth, truncate=truncate, model=opts.model or "",
                 sub_model=opts.sub_model, base_url=opts.base_url, sub_base_url=opts.sub_base_url,
@@ -103,12 +121,13 @@ def cmd_run(a: argparse.Namespace) -> int:
                 prices=opts.price_table(), sandbox=opts.sandbox, limits=opts.limits(),
                 max_output_chars=opts.max_output_chars,
                 subcall_concurrency=opts.subcall_concurrency, client_options=client_options,
-                model_options=opts.model_options(), window_tokens=a.window,
+                model_options=opts.model_options(), window_tokens=window,
                 chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips,
                 cache=opts.cache))
         seeds = range(a.seed, a.seed + a.n)
         trace_dir = None if a.no_traces else str(_out(a.out) / "traces")
-        specs = make_specs(_csv(a.task), lengths, seeds, configs, trace_dir)
+        specs = make_specs(_csv(a.task), lengths, seeds, configs, trace_dir, split=a.split,
+                           baselines=baselines)
         # once, before any instance: a run that cannot work fails here, having spent nothing
         check_options(opts, say=lambda m: err.print(f"[dim]{m}[/]"))
     except (RecursaError, ValueError, KeyError, TypeError, OSError) as e:
@@ -169,7 +188,10 @@ def cmd_list(a: argparse.Namespace) -> int:
     from .tasks import TASKS
     for t in TASKS.values():
         print(f"task    {t.name:14s} {t.complexity:10s} {t.description}")
+    from .baselines import BASELINES
     for m in METHODS:
         print(f"method  {m}")
+    for b in BASELINES:
+        print(f"baseline {b} (no model; run beside every method unless --no-baselines)")
     print("method  rlm-dN (depth N; rlm-d0: no sub-calls), direct-trunc")
     return 0

@@ -51,10 +51,10 @@ def failed_row(spec: dict[str, Any], error: str) -> dict[str, Any]:
     return {
         "schema": SCHEMA_VERSION,
         "key": spec.get("key") or row_key(spec["task"], spec["length"], spec["seed"], method,
-                                          model),
+                                          model, spec.get("split")),
         "task": spec["task"], "length": spec["length"], "seed": spec["seed"],
         "method": method, "model": model, "sub_model": cfg.get("sub_model") or model,
-        "answer": "", "answer_chars": 0, "gold": None, "gold_chars": 0,
+        "split": spec.get("split"), "answer": "", "answer_chars": 0, "gold": None, "gold_chars": 0,
         "score": 0.0, "metrics": {}, "status": "error", "error": error, "limit": None,
         "cost_usd": None, "root_input_tokens": 0, "root_output_tokens": 0,
         "sub_input_tokens": 0, "sub_output_tokens": 0, "tokens": 0, "turns": 0,

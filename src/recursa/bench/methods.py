@@ -101,9 +101,12 @@ def parse_method(label: str, depth: int = 1, truncate: bool = False) -> tuple[st
         return "rlm", int(m.group(1)), False
     if label == "direct-trunc":
         return "direct", 1, True
+    from .baselines import BASELINES
+    if label in BASELINES:
+        return label, 1, False
     if label not in METHODS:
         raise ValueError(f"unknown method {label!r}; known: {', '.join(METHODS)}, rlm-dN, "
-                         "direct-trunc")
+                         f"direct-trunc, and the baselines {', '.join(BASELINES)}")
     return label, depth if label == "rlm" else 1, truncate if label == "direct" else False
 
 
@@ -438,7 +441,11 @@ async def run_codeact_bm25(cfg: MethodConfig, inst: Instance, trace_path: str | 
 
 
 # ---------------------------------------------------------------- dispatch by name
-async def run_method(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
+async def run_method(cfg: MethodConfig, inst: Instance, trace_path: str | None,
+                     seed: int | None = None) -> Result:
+    from .baselines import BASELINES, run_baseline
+    if cfg.method in BASELINES:     # no model: `seed` keeps the constant off this instance
+        return await run_baseline(cfg.method, inst, seed)
     fn = {"rlm": run_rlm, "direct": run_direct, "compaction": run_compaction,
           "codeact-bm25": run_codeact_bm25}.get(cfg.method)
     if fn is None:
