@@ -187,7 +187,9 @@ def test_cli_run_list_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "sniah" in out and "bootstrap" in out and "direct" in out
     # the scripted model answers right too, so it ties regex: not above it, said so
     md = (tmp_path / "results.md").read_text()
-    assert "NOT above regex 1.00" in md and "(baseline)" in md
+    assert "| rlm | all | 4 | 1.00 | [1.00, 1.00] | NOT above" in md and "(baseline)" in md
+    # the constant never sees the instance's own gold: S-NIAH's codes are random
+    assert all(r["score"] == 0.0 for r in base if r["method"] == "constant")
     assert main(["bench", "list"]) == 0
     assert "codeact-bm25" in capsys.readouterr().out
     assert main(["bench", "run", "--task", "nope", "--out", str(tmp_path),
