@@ -65,7 +65,9 @@ def query_words(query: str) -> list[str]:
 def _units(text: str) -> list[str]:
     """Lines when the input is line-structured (records), else sentences."""
     lines = [x for x in text.splitlines() if x.strip()]
-    if len(lines) >= 20 and max(len(x) for x in lines) < 2_000:
+    # records: many lines, not paragraphs of prose between blank lines
+    if len(lines) >= 20 and text.count("\n\n") < len(lines) / 3 \
+            and max(len(x) for x in lines) < 2_000:
         return lines
     return [s for s in re.split(r"(?<=[.!?])\s+|\n+", text) if s.strip()]
 

@@ -165,10 +165,14 @@ HEADER = ("Customer reviews, one per line: review number, shop, product, custome
 
 
 def balanced(rng: random.Random, names: list[Any], n: int) -> list[Any]:
-    """``n`` draws where every name appears equally often (+-1), in random order."""
-    out = (names * (n // len(names) + 1))[:n]
-    rng.shuffle(out)
-    return out
+    """``n`` draws made of shuffled rounds of every name, so that in any prefix (the records
+    that fit the length) every name appears equally often, +-1."""
+    out: list[Any] = []
+    while len(out) < n:
+        block = list(names)
+        rng.shuffle(block)
+        out += block
+    return out[:n]
 
 
 def make_reviews(rng: random.Random, length_tokens: int, split: str, *, n_shops: int = 6,

@@ -60,7 +60,7 @@ class Meta(Task):
         lines = ["Archive extract: one record per line, with a few note lines."]
         records: dict[str, str] = {}
         used = len(lines[0]) + 1
-        for (_, p), n in zip(paras, ids, strict=True):
+        for (_i, p), n in zip(paras, ids, strict=True):
             text = _sentences(p, rng.randint(1, 3))
             line = f"ID-{n}: {text}"
             if used + len(line) + 1 > budget:

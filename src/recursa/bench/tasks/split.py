@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Sequence
-from functools import cache
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..corpora import Corpus, get_corpus
@@ -45,24 +44,30 @@ def paragraph_split(title: str, text: str) -> str:
     return "dev" if h % 3 == 0 else "test"
 
 
-@cache
+_SPLIT_CACHE: dict[tuple[str, str, str], Corpus] = {}
+
+
 def split_corpus(name: str | None, split: str) -> Corpus:
-    """The paragraphs of a corpus that belong to ``split`` (titles/labels kept parallel)."""
+    """The paragraphs of a corpus that belong to ``split`` (titles/labels kept parallel). The
+    corpus is resolved first (fallback chain), so a machine without the wiki package gets the
+    split of the corpus it has."""
     corp = get_corpus(name)
-    titles = corp.titles or ("",) * len(corp.paragraphs)
-    labels = corp.labels or ("",) * len(corp.paragraphs)
-    keep = [i for i, (t, p) in enumerate(zip(titles, corp.paragraphs, strict=True))
-            if paragraph_split(t, p) == split]
-    return Corpus(
-        name=corp.name, source=corp.source, license=corp.license,
-        paragraphs=tuple(corp.paragraphs[i] for i in keep),
-        titles=tuple(titles[i] for i in keep) if corp.titles else (),
-        labels=tuple(labels[i] for i in keep) if corp.labels else (),
-        extra={"split": split},
-    )
+    key = (corp.name, corp.source, check_split(split))
+    if key not in _SPLIT_CACHE:
+        titles = corp.titles or ("",) * len(corp.paragraphs)
+        keep = [i for i, (t, p) in enumerate(zip(titles, corp.paragraphs, strict=True))
+                if paragraph_split(t, p) == split]
+        _SPLIT_CACHE[key] = Corpus(
+            name=corp.name, source=corp.source, license=corp.license,
+            paragraphs=tuple(corp.paragraphs[i] for i in keep),
+            titles=tuple(corp.titles[i] for i in keep) if corp.titles else (),
+            labels=tuple(corp.labels[i] for i in keep) if corp.labels else (),
+            extra={"split": split},
+        )
+    return _SPLIT_CACHE[key]
 
 
-def pick(templates: dict[str, Sequence[T]], split: str) -> Sequence[T]:
+def pick(templates: Mapping[str, T], split: str) -> T:
     """The split's own templates."""
     return templates[check_split(split)]
 

@@ -79,7 +79,7 @@ class TwoHop(Task):
         chosen_items = rng.sample(items, n + 2)
         frames = list(pick(HOPS, split))
         inserts: list[tuple[float, str]] = []
-        chains = []
+        chains: list[dict[str, Any]] = []
         # first hops in one half, second hops in the other, so each answer is far from its key
         first_half = rng.random() < 0.5
         d1 = spread(rng, n, 0.02, 0.45)
@@ -96,7 +96,9 @@ class TwoHop(Task):
         # second hops for numbers one digit away from the asked one (misread traps)
         target = chains[0]
         for item in chosen_items[n:]:
-            near = int(str(target["number"])[::-1]) if rng.random() < 0.5 else target["number"] + rng.choice((-1, 1, 10, -10))
+            # the digits reversed, or one off in the last two places
+            near = (int(str(target["number"])[::-1]) if rng.random() < 0.5
+                    else target["number"] + rng.choice((-1, 1, 10, -10)))
             while near in numbers or not 1000 <= near <= 9999:
                 near = rng.randrange(1000, 9999)
             numbers.append(near)
