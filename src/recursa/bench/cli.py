@@ -93,37 +93,13 @@ def cmd_run(a: argparse.Namespace) -> int:
     from recursa.types import RecursaError
 
     from .executors import executor_from_args
-    from .methods import MethodConfig, parse_method
     from .runner import make_specs, parse_length, run_bench
 
     try:
         opts = RLMOptions.from_args(a).with_default_model(
             say=lambda m: err.print(f"[yellow]{m}[/]"))
         lengths = [parse_length(x) for x in _csv(a.lengths)]
-        client_options = dict(a.client_option)
-        client_options.update(opts.client_options())
-        window = a.window or client_options.get("n_ctx")
-        if a.window and "n_ctx" not in client_options and any(
-                (m or "").startswith("local:") for m in (opts.model, opts.sub_model)):
-            client_options["n_ctx"] = a.window     # the local model really runs with it
-        configs = []
-        from .baselines import BASELINES
-        baselines = [] if a.no_baselines else _csv(a.baselines)
-        for label in _csv(a.method):
-            name, depth, truncate = parse_method(label, a.depth, a.truncate)
-            if name in BASELINES:        # asked for as a method: still a model-free baseline
-                baselines += [name] if name not in baselines else []
-                continue
-            configs.append(MethodConfig(
-                method=name, depth=depth, truncate=truncate, model=opts.model or "",
-                sub_model=opts.sub_model, base_url=opts.base_url, sub_base_url=opts.sub_base_url,
-                api_key_env=opts.api_key_env, sub_api_key_env=opts.sub_api_key_env,
-                prices=opts.price_table(), sandbox=opts.sandbox, limits=opts.limits(),
-                max_output_chars=opts.max_output_chars,
-                subcall_concurrency=opts.subcall_concurrency, client_options=client_options,
-                model_options=opts.model_options(), window_tokens=window,
-                chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips,
-                cache=opts.cache))
+        configs, baselines = method_configs(a, opts)
         seeds = range(a.seed, a.seed + a.n)
         trace_dir = None if a.no_traces else str(_out(a.out) / "traces")
         specs = make_specs(_csv(a.task), lengths, seeds, configs, trace_dir, split=a.split,
@@ -150,6 +126,38 @@ def cmd_run(a: argparse.Namespace) -> int:
             err.print(f"  {n} x {why}")
         return 1
     return 0
+
+
+def method_configs(a: argparse.Namespace, opts: Any) -> tuple[list[Any], list[str]]:
+    """The MethodConfigs `bench run` asked for, and the baselines to run beside them. One
+    window for every method: `--window` loads a local model with that n_ctx (unless
+    --n-ctx says otherwise) and is the window `direct` checks inputs against."""
+    from .baselines import BASELINES
+    from .methods import MethodConfig, parse_method
+    client_options = dict(a.client_option)
+    client_options.update(opts.client_options())
+    window = a.window or client_options.get("n_ctx")
+    if a.window and "n_ctx" not in client_options and any(
+            (m or "").startswith("local:") for m in (opts.model, opts.sub_model)):
+        client_options["n_ctx"] = a.window     # the local model really runs with it
+    configs = []
+    baselines = [] if a.no_baselines else _csv(a.baselines)
+    for label in _csv(a.method):
+        name, depth, truncate = parse_method(label, a.depth, a.truncate)
+        if name in BASELINES:        # asked for as a method: still a model-free baseline
+            baselines += [name] if name not in baselines else []
+            continue
+        configs.append(MethodConfig(
+            method=name, depth=depth, truncate=truncate, model=opts.model or "",
+            sub_model=opts.sub_model, base_url=opts.base_url, sub_base_url=opts.sub_base_url,
+            api_key_env=opts.api_key_env, sub_api_key_env=opts.sub_api_key_env,
+            prices=opts.price_table(), sandbox=opts.sandbox, limits=opts.limits(),
+            max_output_chars=opts.max_output_chars,
+            subcall_concurrency=opts.subcall_concurrency, client_options=client_options,
+            model_options=opts.model_options(), window_tokens=window,
+            chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips,
+            cache=opts.cache))
+    return configs, baselines
 
 
 def failure_reasons(rows: list[dict[str, Any]], top: int = 5) -> list[tuple[str, int]]:
