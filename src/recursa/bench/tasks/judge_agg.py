@@ -17,7 +17,7 @@ from typing import Any
 from ._hay import spread
 from ._reviews import Reviews, make_reviews
 from .base import Instance, Score, Task
-from .split import check_split, pick, split_rng
+from .split import pick, start
 from .strict import strict_choice, strict_number
 
 QUESTION_TYPES = ("count", "count_group", "most_group", "least_group", "diff")
@@ -82,11 +82,8 @@ class JudgeAgg(Task):
 
     def generate(self, seed: int = 0, length_tokens: int | None = None, *,
                  split: str | None = None, question: str | None = None, **_: Any) -> Instance:
-        split = check_split(split)
-        if question is not None and question not in QUESTION_TYPES:
-            raise ValueError(f"question must be one of {QUESTION_TYPES}")
-        length = int(length_tokens or self.default_length)
-        rng = split_rng(self.name, split, seed, length, question or "")
+        split, length, rng, inst_id = start(self, seed, length_tokens, split, question,
+                                            QUESTION_TYPES)
         order = [question] if question else rng.sample(QUESTION_TYPES, len(QUESTION_TYPES))
         for _attempt in range(20):
             # an overall complaint rate per instance, then each shop and product above or
@@ -111,7 +108,7 @@ class JudgeAgg(Task):
         shape: dict[str, Any] = ({"kind": "number"} if qtype in NUMERIC
                                  else {"kind": "choice", "choices": names})
         return Instance(
-            id=f"{self.name}-{length}-{split}-s{seed}" + (f"-{question}" if question else ""),
+            id=inst_id,
             task=self.name, query=q + SUFFIX[qtype], context=rs.text(), gold=str(gold),
             meta={"split": split, "question_type": qtype, "group": group, **params,
                   "tolerance": tolerance(gold) if qtype in NUMERIC else None,

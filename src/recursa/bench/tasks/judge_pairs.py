@@ -14,7 +14,7 @@ from ._hay import spread
 from ._reviews import Reviews, make_reviews
 from .base import Instance, Score, Task
 from .oolong_pairs import pairs_f1
-from .split import check_split, pick, split_rng
+from .split import pick, start
 
 CONDITIONS = ("both_complaints", "cross", "both_praise_only")
 MAX_FRACTION = 0.08
@@ -70,11 +70,8 @@ class JudgePairs(Task):
     def generate(self, seed: int = 0, length_tokens: int | None = None, *,
                  split: str | None = None, condition: str | None = None,
                  **_: Any) -> Instance:
-        split = check_split(split)
-        if condition is not None and condition not in CONDITIONS:
-            raise ValueError(f"condition must be one of {CONDITIONS}")
-        length = int(length_tokens or self.default_length)
-        rng = split_rng(self.name, split, seed, length, condition or "")
+        split, length, rng, inst_id = start(self, seed, length_tokens, split, condition,
+                                            CONDITIONS, what="condition")
         chosen = None
         for _attempt in range(30):
             n_cust = max(8, min(40, length // 900))
@@ -104,7 +101,7 @@ class JudgePairs(Task):
                  "Write each pair as (smaller_id, larger_id), one pair per line, and nothing "
                  "else.")
         return Instance(
-            id=f"{self.name}-{length}-{split}-s{seed}" + (f"-{condition}" if condition else ""),
+            id=inst_id,
             task=self.name, query=query, context=rs.text(), gold=[list(p) for p in pairs],
             meta={"split": split, "condition": cond, "k": k, "n_pairs": len(pairs),
                   "answer_shape": {"kind": "pairs", "ids": rs.customer_ids}, **rs.meta()},

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..corpora import filler_paragraphs
 from .base import CHARS_PER_TOKEN, Instance, Score, Task
-from .split import check_split, pick, split_corpus, split_rng
+from .split import pick, split_corpus, start
 from .strict import strict_choice, strict_number
 
 QUESTION_TYPES = ("line_count", "record_count", "longest")
@@ -47,11 +47,8 @@ class Meta(Task):
 
     def generate(self, seed: int = 0, length_tokens: int | None = None, *,
                  split: str | None = None, question: str | None = None, **_: Any) -> Instance:
-        split = check_split(split)
-        if question is not None and question not in QUESTION_TYPES:
-            raise ValueError(f"question must be one of {QUESTION_TYPES}")
-        length = int(length_tokens or self.default_length)
-        rng = split_rng(self.name, split, seed, length, question or "")
+        split, length, rng, inst_id = start(self, seed, length_tokens, split, question,
+                                            QUESTION_TYPES)
         qtype = question or rng.choice(QUESTION_TYPES)
         corpus = split_corpus(None, split)
         budget = length * CHARS_PER_TOKEN
@@ -85,7 +82,7 @@ class Meta(Task):
         shape: dict[str, Any] = ({"kind": "choice", "choices": sorted(records)}
                                  if qtype == "longest" else {"kind": "number"})
         return Instance(
-            id=f"{self.name}-{length}-{split}-s{seed}" + (f"-{question}" if question else ""),
+            id=inst_id,
             task=self.name, query=pick(QUESTIONS, split)[qtype], context=context,
             gold=str(gold),
             meta={"split": split, "question_type": qtype, "ids": sorted(records),

@@ -20,7 +20,7 @@ from typing import Any
 
 from ._hay import haystack, spread
 from .base import Instance, Score, Task
-from .split import check_split, halves, pick, split_corpus, split_rng
+from .split import halves, pick, split_corpus, start
 from .strict import strict_digits, strict_set
 
 # (question wording, needle wording): no content word shared within a pair or across the lists'
@@ -128,9 +128,7 @@ class ParaNIAH(Task):
     def generate(self, seed: int = 0, length_tokens: int | None = None, *,
                  split: str | None = None, n_distractors: int | None = None,
                  **_: Any) -> Instance:
-        split = check_split(split)
-        length = int(length_tokens or self.default_length)
-        rng = split_rng(self.name, split, seed, length)
+        split, length, rng, inst_id = start(self, seed, length_tokens, split)
         places, objects = _parts(split)
         (pq, pn), (oq, on) = rng.choice(places), rng.choice(objects)
         used_values: set[str] = set()
@@ -174,7 +172,7 @@ class ParaNIAH(Task):
         query = rng.choice(qframes).format(o=oq, p=pq) + (
             ANSWER_SUFFIX_MV if self.multi_value else ANSWER_SUFFIX)
         return Instance(
-            id=f"{self.name}-{length}-{split}-s{seed}", task=self.name, query=query,
+            id=inst_id, task=self.name, query=query,
             context=context, gold=gold if self.multi_value else gold[0],
             meta={"split": split, "needles": needles, "distractors": distractors,
                   "depths": needle_depths, "key_question": [pq, oq], "key_needle": [pn, on],

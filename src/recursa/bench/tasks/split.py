@@ -76,3 +76,19 @@ def halves(items: Sequence[T]) -> dict[str, list[T]]:
     """Split a word list into dev (every third item) and test (the rest), disjoint."""
     return {"dev": [x for i, x in enumerate(items) if i % 3 == 0],
             "test": [x for i, x in enumerate(items) if i % 3 != 0]}
+
+
+def start(task: Any, seed: int, length_tokens: int | None, split: str | None,
+          choice: str | None = None, choices: Sequence[str] = (), what: str = "question"
+          ) -> tuple[str, int, random.Random, str]:
+    """What every held-out family's `generate` begins with: the checked split, the length, the
+    random stream, and the instance id. ``choice`` is an optional fixed question type /
+    condition, checked against ``choices``."""
+    split = check_split(split)
+    if choice is not None and choice not in choices:
+        raise ValueError(f"{what} must be one of {tuple(choices)}")
+    length = int(length_tokens or task.default_length)
+    # families with a choice key their stream on it ('' when free), the others on nothing
+    rng = split_rng(task.name, split, seed, length, *([choice or ""] if choices else []))
+    inst_id = f"{task.name}-{length}-{split}-s{seed}" + (f"-{choice}" if choice else "")
+    return split, length, rng, inst_id

@@ -14,7 +14,7 @@ from typing import Any
 from ._hay import haystack, spread
 from ._words import FIRST_NAMES
 from .base import Instance, Score, Task
-from .split import check_split, halves, pick, split_corpus, split_rng
+from .split import halves, pick, split_corpus, start
 from .strict import strict_choice
 
 SURNAMES = (
@@ -65,9 +65,7 @@ class TwoHop(Task):
 
     def generate(self, seed: int = 0, length_tokens: int | None = None, *,
                  split: str | None = None, n_chains: int | None = None, **_: Any) -> Instance:
-        split = check_split(split)
-        length = int(length_tokens or self.default_length)
-        rng = split_rng(self.name, split, seed, length)
+        split, length, rng, inst_id = start(self, seed, length_tokens, split)
         items = halves(ITEMS)[split]
         container = rng.choice(CONTAINERS)
         n = n_chains if n_chains is not None else max(6, min(14, length // 2048))
@@ -111,7 +109,7 @@ class TwoHop(Task):
             " Answer with the object only."
         candidates = sorted(item_name(x) for x in chosen_items)
         return Instance(
-            id=f"{self.name}-{length}-{split}-s{seed}", task=self.name, query=query,
+            id=inst_id, task=self.name, query=query,
             context=context, gold=item_name(target["item"]),
             meta={"split": split, "chains": chains, "container": container,
                   "candidates": candidates, "corpus": corpus.name,
