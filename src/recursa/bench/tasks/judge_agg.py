@@ -84,7 +84,8 @@ class JudgeAgg(Task):
                  split: str | None = None, question: str | None = None, **_: Any) -> Instance:
         split, length, rng, inst_id = start(self, seed, length_tokens, split, question,
                                             QUESTION_TYPES)
-        order = [question] if question else rng.sample(QUESTION_TYPES, len(QUESTION_TYPES))
+        # one question type, drawn uniformly; records are redrawn until it has a clear answer
+        order = [question or rng.choice(QUESTION_TYPES)]
         for _attempt in range(20):
             # an overall complaint rate per instance, then each shop and product above or
             # below it: counts vary widely between seeds, so no constant count is right often
@@ -118,25 +119,23 @@ class JudgeAgg(Task):
     def _question(self, rng: Any, rs: Reviews, order: list[str]
                   ) -> tuple[str, str, dict[str, str], Any] | None:
         for qtype in order:
-            group = rng.choice(["shop", "product"])
-            c = complaints_by(rs, group)
-            if qtype == "count":
-                return qtype, group, {}, sum(c.values())
-            if qtype == "count_group":
-                g = rng.choice(sorted(c))
-                return qtype, group, {"g": g}, c[g]
-            if qtype in ("most_group", "least_group"):
-                w = _extreme(c, qtype == "most_group")
-                if w is not None:
-                    return qtype, group, {}, w
-                continue
-            if qtype == "diff":
-                a, b = rng.sample(sorted(c), 2)
-                if c[a] < c[b]:
-                    a, b = b, a
-                if c[a] - c[b] >= 2:
-                    return qtype, group, {"a": a, "b": b}, c[a] - c[b]
-                continue
+            for group in rng.sample(["shop", "product"], 2):
+                c = complaints_by(rs, group)
+                if qtype == "count":
+                    return qtype, group, {}, sum(c.values())
+                if qtype == "count_group":
+                    g = rng.choice(sorted(c))
+                    return qtype, group, {"g": g}, c[g]
+                if qtype in ("most_group", "least_group"):
+                    w = _extreme(c, qtype == "most_group")
+                    if w is not None:
+                        return qtype, group, {}, w
+                if qtype == "diff":
+                    a, b = rng.sample(sorted(c), 2)
+                    if c[a] < c[b]:
+                        a, b = b, a
+                    if c[a] - c[b] >= 2:
+                        return qtype, group, {"a": a, "b": b}, c[a] - c[b]
         return None
 
     def score(self, prediction: str, inst: Instance) -> Score:
