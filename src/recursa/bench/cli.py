@@ -38,7 +38,8 @@ def register(sub: Any) -> None:
     r.add_argument("--length", dest="lengths", help=argparse.SUPPRESS, default=argparse.SUPPRESS)
     r.add_argument("--method", default="rlm,direct",
                    help="comma-separated: rlm, rlm-d0, rlm-d2, direct, direct-trunc, "
-                        "compaction, codeact-bm25")
+                        "compaction, codeact-bm25; rlm-noex / codeact-bm25-noex: without the "
+                        "system prompt's worked example (the ablation, on --split dev)")
     r.add_argument("-n", type=int, default=10, help="instances (seeds) per task and length")
     r.add_argument("--seed", type=int, default=0, help="first seed")
     r.add_argument("--seed-start", dest="seed", type=int, help=argparse.SUPPRESS,
@@ -133,7 +134,7 @@ def method_configs(a: argparse.Namespace, opts: Any) -> tuple[list[Any], list[st
     window for every method: `--window` loads a local model with that n_ctx (unless
     --n-ctx says otherwise) and is the window `direct` checks inputs against."""
     from .baselines import BASELINES
-    from .methods import MethodConfig, parse_method
+    from .methods import MethodConfig, parse_method, split_worked_example
     client_options = dict(a.client_option)
     client_options.update(opts.client_options())
     window = a.window or client_options.get("n_ctx")
@@ -142,7 +143,8 @@ def method_configs(a: argparse.Namespace, opts: Any) -> tuple[list[Any], list[st
         client_options["n_ctx"] = a.window     # the local model really runs with it
     configs = []
     baselines = [] if a.no_baselines else _csv(a.baselines)
-    for label in _csv(a.method):
+    for full_label in _csv(a.method):
+        label, worked_example = split_worked_example(full_label)   # rlm-noex: the ablation
         name, depth, truncate = parse_method(label, a.depth, a.truncate)
         if name in BASELINES:        # asked for as a method: still a model-free baseline
             baselines += [name] if name not in baselines else []
@@ -156,7 +158,7 @@ def method_configs(a: argparse.Namespace, opts: Any) -> tuple[list[Any], list[st
             subcall_concurrency=opts.subcall_concurrency, client_options=client_options,
             model_options=opts.model_options(), window_tokens=window,
             chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips,
-            cache=opts.cache))
+            cache=opts.cache, worked_example=worked_example))
     return configs, baselines
 
 

@@ -45,7 +45,8 @@ def failed_row(spec: dict[str, Any], error: str) -> dict[str, Any]:
     """A row for an instance whose task died outside `run_instance` (a worker crash, a lost
     node, a cancelled task): counted as an error, redone by --retry-errors."""
     cfg = spec.get("config") or {}
-    method = method_label(cfg.get("method", "?"), cfg.get("depth", 1), cfg.get("truncate", False))
+    method = method_label(cfg.get("method", "?"), cfg.get("depth", 1), cfg.get("truncate", False),
+                          cfg.get("worked_example", True))
     model = cfg.get("model") or "?"
     now = time.time()
     return {
