@@ -287,6 +287,7 @@ def test_window_is_one_for_every_method() -> None:
     a, opts = _run_args("--model", "local:qwen2.5-coder-1.5b", "--method", "rlm,direct,grep",
                         "--window", "4096")
     configs, baselines = method_configs(a, opts)
+    assert a.split == "test"            # published tables are the test split unless told
     assert [c.method for c in configs] == ["rlm", "direct"]
     assert baselines == ["grep", "regex", "constant"]       # grep named once
     assert all(c.client_options["n_ctx"] == 4096 and c.window_tokens == 4096 for c in configs)
