@@ -245,3 +245,34 @@ async def test_codeact_search_survives_a_sandbox_restart(inst: Any) -> None:
         methods._make_clients = orig
     assert "restart" in client.calls[1][-1]["content"].lower()
     assert res.answer == inst.gold, res.error
+
+
+def test_worked_example_ablation_labels_and_prompts() -> None:
+    """rlm-noex / codeact-bm25-noex cut the worked example; codeact-bm25 now has one of the
+    same kind as rlm's (the same budget), so the comparison is not confounded by it."""
+    from recursa import prompts
+    from recursa.bench.methods import (
+        CODEACT_SYSTEM,
+        MethodConfig,
+        split_worked_example,
+        without_worked_example,
+    )
+    assert split_worked_example("rlm-noex") == ("rlm", False)
+    assert split_worked_example("rlm-d2-noex") == ("rlm-d2", False)
+    assert split_worked_example("codeact-bm25") == ("codeact-bm25", True)
+    with pytest.raises(ValueError, match="worked example"):
+        split_worked_example("direct-noex")
+    cfg = MethodConfig(method="rlm", model="m", worked_example=False)
+    assert cfg.label == "rlm-noex"
+    assert MethodConfig(method="rlm", depth=2, model="m", worked_example=False).label == "rlm-d2-noex"
+    for system in (prompts.SYSTEM, CODEACT_SYSTEM):
+        assert "Example of a whole run" in system
+        cut = without_worked_example(system)
+        assert "Example of a whole run" not in cut and "Ada" not in cut
+        assert cut.rstrip().endswith("{tips}")
+    fields = {"context_type": "str", "max_output_chars": 2000, "sub_chars": 8000, "chunk": 4000,
+              "tools": "", "tips": ""}
+    ex_rlm = len(prompts.SYSTEM) - len(without_worked_example(prompts.SYSTEM))
+    ex_codeact = len(CODEACT_SYSTEM) - len(without_worked_example(CODEACT_SYSTEM))
+    assert 0.6 < ex_codeact / ex_rlm < 1.4          # about the same worked-example budget
+    assert "FINAL(\"Lyon\")" in CODEACT_SYSTEM.format(**fields)

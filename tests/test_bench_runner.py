@@ -163,18 +163,33 @@ def test_bootstrap_ci() -> None:
     assert bootstrap_ci(vals) == (lo, hi)              # seeded: reproducible
 
 
-def _cli_args(out: Path, n: int, *extra: str) -> list[str]:
+def _cli_args(out: Path, n: int, *extra: str, baselines: bool = False) -> list[str]:
     return ["bench", "run", "--task", "sniah", "--lengths", "1k,2k", "--method", "rlm,direct",
             "-n", str(n), "--out", str(out), "--model", "replay:", "--sandbox", "inprocess",
-            "--client-option", f"responder={RESPONDER}", "--max-iterations", "3", *extra]
+            "--client-option", f"responder={RESPONDER}", "--max-iterations", "3",
+            *([] if baselines else ["--no-baselines"]), *extra]
 
 
 def test_cli_run_list_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(_cli_args(tmp_path, 2, "--no-progress")) == 0
-    assert len(load_rows(tmp_path)) == 8
+    """By default the three no-model baselines run beside the methods, under the model
+    'none', and the report sets each method against the best of them."""
+    assert main(_cli_args(tmp_path, 2, "--no-progress", baselines=True)) == 0
+    rows = load_rows(tmp_path)
+    assert len(rows) == 8 + 2 * 2 * 3
+    base = [r for r in rows if r["method"] in ("grep", "regex", "constant")]
+    assert len(base) == 12 and {r["model"] for r in base} == {"none"}
+    assert all(r["tokens"] == 0 and r["cost_usd"] == 0 and r["status"] == "final"
+               for r in base)
+    # S-NIAH is the task a grep passes: regex finds its only 7-digit number every time
+    assert all(r["score"] == 1.0 for r in base if r["method"] == "regex")
     assert main(["bench", "report", str(tmp_path), "--no-plots"]) == 0
     out = capsys.readouterr().out
     assert "sniah" in out and "bootstrap" in out and "direct" in out
+    # the scripted model answers right too, so it ties regex: not above it, said so
+    md = (tmp_path / "results.md").read_text()
+    assert "| rlm | all | 4 | 1.00 | [1.00, 1.00] | NOT above" in md and "(baseline)" in md
+    # the constant never sees the instance's own gold: S-NIAH's codes are random
+    assert all(r["score"] == 0.0 for r in base if r["method"] == "constant")
     assert main(["bench", "list"]) == 0
     assert "codeact-bm25" in capsys.readouterr().out
     assert main(["bench", "run", "--task", "nope", "--out", str(tmp_path),
@@ -256,3 +271,47 @@ def test_failure_reasons_groups_and_counts() -> None:
     assert failure_reasons(rows) == [("boom", 3), ("bang twice", 2), ("unknown error", 1)]
     many = [{"error": f"e{i}"} for i in range(8)]
     assert failure_reasons(many, top=5)[-1] == ("(other reasons: 3)", 3)
+
+
+def _run_args(*extra: str) -> Any:
+    from recursa.cli import build_parser
+    from recursa.options import RLMOptions
+    a = build_parser().parse_args(["bench", "run", "--task", "para_niah", "--out", "x", *extra])
+    return a, RLMOptions.from_args(a)
+
+
+def test_window_is_one_for_every_method() -> None:
+    """--window loads a local model with that n_ctx and is direct's window too; --n-ctx alone
+    is also direct's window."""
+    from recursa.bench.cli import method_configs
+    a, opts = _run_args("--model", "local:qwen2.5-coder-1.5b", "--method", "rlm,direct,grep",
+                        "--window", "4096")
+    configs, baselines = method_configs(a, opts)
+    assert a.split == "test"            # published tables are the test split unless told
+    assert [c.method for c in configs] == ["rlm", "direct"]
+    assert baselines == ["grep", "regex", "constant"]       # grep named once
+    assert all(c.client_options["n_ctx"] == 4096 and c.window_tokens == 4096 for c in configs)
+    a, opts = _run_args("--model", "local:qwen2.5-coder-1.5b", "--n-ctx", "8192",
+                        "--method", "direct", "--no-baselines")
+    configs, baselines = method_configs(a, opts)
+    assert configs[0].window_tokens == 8192 and baselines == []
+
+
+def test_split_keys_and_task_options() -> None:
+    """Test rows keep the five-part key (old results files resume); dev rows are keyed apart;
+    only the held-out families take --split dev."""
+    cfg = configs("direct")
+    test = make_specs(["para_niah"], [2048], [0], cfg, None, split="test", baselines=["grep"])
+    dev = make_specs(["para_niah"], [2048], [0], cfg, None, split="dev", baselines=["grep"])
+    assert [s["key"] for s in test] == ["para_niah|2048|0|direct|replay:",
+                                        "para_niah|2048|0|grep|none"]
+    assert [s["key"] for s in dev] == ["para_niah|2048|0|direct|replay:|dev",
+                                       "para_niah|2048|0|grep|none|dev"]
+    assert dev[0]["task_options"] == {"split": "dev"}
+    old = make_specs(["sniah"], [2048], [0], cfg, None, split="test")
+    assert old[0]["task_options"] == {} and old[0]["key"] == "sniah|2048|0|direct|replay:"
+    with pytest.raises(ValueError, match="no dev/test split"):
+        make_specs(["sniah"], [2048], [0], cfg, None, split="dev")
+    row = runner.run_instance(json.loads(json.dumps(dev[1])))
+    assert row["split"] == "dev" and row["method"] == "grep" and row["model"] == "none"
+    assert row["tokens"] == 0 and row["trace_path"] is None

@@ -19,7 +19,8 @@ LENGTH_TASKS = ["sniah", "oolong", "oolong_pairs", "codeqa", "browsecomp", "verb
 
 def test_registry_names() -> None:
     assert set(TASKS) == {
-        "sniah", "oolong", "oolong_pairs", "codeqa", "browsecomp", "verbatim_copy", "math_python"
+        "sniah", "oolong", "oolong_pairs", "codeqa", "browsecomp", "verbatim_copy", "math_python",
+        "para_niah", "para_niah_mv", "two_hop", "judge_agg", "judge_pairs", "meta",
     }
     with pytest.raises(KeyError, match="known"):
         get_task("nope")
@@ -36,7 +37,8 @@ def test_deterministic_and_seed_sensitive(name: str) -> None:
     assert (a.context, a.query, a.gold) != (c.context, c.query, c.gold)
     assert a.task == name and a.id
     # the gold answer scores 1 against itself
-    gold = a.gold if isinstance(a.gold, str) else "\n".join(f"({x}, {y})" for x, y in a.gold)
+    gold = a.gold if isinstance(a.gold, str) else "\n".join(
+        f"({g[0]}, {g[1]})" if isinstance(g, list) else str(g) for g in a.gold)
     assert task.score(gold, a).score == 1.0
     assert task.score("", a).score == 0.0
 

@@ -203,3 +203,63 @@ def test_math_fallback_without_math_verify(monkeypatch: pytest.MonkeyPatch) -> N
     assert not math_python.equivalent("0.4", "1/2")
     assert math_python.verifier_name() == "sympy"
     assert math.isclose(float(math_python._to_fraction("-\\frac{3}{4}")), -0.75)
+
+
+# ---------------------------------------------------------------- strict rules (issue 20)
+from recursa.bench.tasks.strict import (  # noqa: E402
+    MAX_ANSWER_WORDS,
+    contains_words,
+    strict_choice,
+    strict_digits,
+    strict_number,
+    strict_set,
+)
+
+
+def test_strict_whole_words_only() -> None:
+    assert contains_words("Rats had nested in the generator", "generator")
+    assert not contains_words("the generator failed", "rat")          # not inside a word
+    assert strict_choice("generator", "rat", ["rat", "frost"]).score == 0.0
+    assert strict_choice("It was the rat.", "rat", ["rat", "frost"]).score == 1.0
+    assert strict_number("41273", 12).score == 0.0                    # '12' is not in 41273
+    assert strict_digits("code 14827193", "4827193").score == 0.0     # 8 digits, not 7
+
+
+def test_strict_hedge_scores_zero() -> None:
+    labels = ["kettle", "toaster", "blender"]
+    assert strict_choice("kettle", "kettle", labels).score == 1.0
+    assert strict_choice("kettle or toaster", "kettle", labels).score == 0.0
+    assert strict_choice("kettle, toaster, blender", "kettle", labels).score == 0.0
+    assert strict_digits("4827193", "4827193").score == 1.0
+    assert strict_digits("4827193 or 5551234", "4827193").score == 0.0
+    assert strict_number("12 or 13", 12).score == 0.0
+    assert strict_number("between 10 and 14", 12, abs_tol=2).score == 0.0
+
+
+def test_strict_passage_dump_scores_zero() -> None:
+    passage = " ".join(["filler"] * MAX_ANSWER_WORDS) + " The code is 4827193."
+    assert strict_digits(passage, "4827193").score == 0.0
+    assert strict_choice(passage + " kettle", "kettle", ["kettle"]).score == 0.0
+    assert strict_number(passage.replace("4827193", "12"), 12).score == 0.0
+    # a short sentence around the answer is an answer, not a dump
+    assert strict_digits("The combination for the safe is 4,827,193.", "4827193").score == 1.0
+
+
+def test_strict_numbers_exact_or_within_stated_tolerance() -> None:
+    assert strict_number("Answer: 40", 40).score == 1.0
+    assert strict_number("41", 40).score == 0.0                       # exact by default
+    assert strict_number("42", 40, abs_tol=2).score == 1.0
+    assert strict_number("43", 40, abs_tol=2).score == 0.0
+    assert strict_number("104", 100, rel_tol=0.05).score == 1.0
+    assert strict_number("106", 100, rel_tol=0.05).score == 0.0
+    assert strict_number("1,200", 1200).score == 1.0
+    assert strict_number("no idea", 3).score == 0.0
+
+
+def test_strict_multi_value_f1() -> None:
+    gold = ["1111111", "2222222", "3333333"]
+    assert strict_set("1111111, 2222222, 3333333", gold, n_digits=7).score == 1.0
+    two = strict_set("1111111 and 2222222", gold, n_digits=7).score
+    assert 0.7 < two < 0.9                                            # 2/3 recall, precise
+    hedge = " ".join(gold + [str(4444444 + i) for i in range(20)])
+    assert strict_set(hedge, gold, n_digits=7).score < 0.3            # every number listed

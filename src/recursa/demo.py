@@ -35,10 +35,17 @@ class Case:
     fixer: str
 
     def check(self, answer: str) -> bool:
-        """Right when the answer names the real cause and the person who fixed it."""
-        a = answer.lower()
-        surname = self.fixer.split()[-1].lower()
-        return self.cause_word in a and surname in a
+        """Right when the answer names the real cause and the person who fixed it, as whole
+        words, and no other cause or person (a hedge listing every suspect is wrong), and is an
+        answer rather than a pasted passage (the bench's strict scoring rules)."""
+        from recursa.bench.tasks.strict import is_dump, mentioned
+        if is_dump(answer, max_words=60):
+            return False
+        forms = {f: w for w, _ in CAUSES for f in (w, w + "s")}   # 'rat' and 'rats'
+        causes = {forms[f] for f in mentioned(answer, list(forms))}
+        surnames = {n.split()[-1] for n in FIXERS}
+        people = set(mentioned(answer, sorted(surnames)))
+        return causes == {self.cause_word} and people == {self.fixer.split()[-1]}
 
 
 def _report(rng: random.Random, site: str, cause: str, fixer: str) -> str:

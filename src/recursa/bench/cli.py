@@ -38,7 +38,8 @@ def register(sub: Any) -> None:
     r.add_argument("--length", dest="lengths", help=argparse.SUPPRESS, default=argparse.SUPPRESS)
     r.add_argument("--method", default="rlm,direct",
                    help="comma-separated: rlm, rlm-d0, rlm-d2, direct, direct-trunc, "
-                        "compaction, codeact-bm25")
+                        "compaction, codeact-bm25; rlm-noex / codeact-bm25-noex: without the "
+                        "system prompt's worked example (the ablation, on --split dev)")
     r.add_argument("-n", type=int, default=10, help="instances (seeds) per task and length")
     r.add_argument("--seed", type=int, default=0, help="first seed")
     r.add_argument("--seed-start", dest="seed", type=int, help=argparse.SUPPRESS,
@@ -53,8 +54,17 @@ def register(sub: Any) -> None:
     r.add_argument("--depth", type=int, default=1, help="rlm recursion depth (rlm-dN overrides)")
     r.add_argument("--truncate", action="store_true",
                    help="direct: cut an input that does not fit the window (else: a failure)")
-    r.add_argument("--window", type=int, help="root model window in tokens (direct); default: "
-                                              "the client's own (a local model's n_ctx)")
+    r.add_argument("--window", type=int,
+                   help="the model window in tokens, the same for every method: a local model "
+                        "runs with this n_ctx (unless --n-ctx says otherwise) and direct refuses "
+                        "inputs beyond it; default: the client's own (a local model's n_ctx)")
+    r.add_argument("--split", choices=["dev", "test"], default="test",
+                   help="held-out families: dev (for tuning prompts, examples, tips) or test "
+                        "(the split published tables report; default)")
+    r.add_argument("--baselines", default="grep,regex,constant",
+                   help="no-model baselines run beside the methods on every instance "
+                        "(comma-separated; default grep,regex,constant)")
+    r.add_argument("--no-baselines", action="store_true", help="run no baselines")
     r.add_argument("--chunk-tokens", type=int, default=2000, help="compaction window")
     r.add_argument("--passage-tokens", type=int, default=200, help="codeact-bm25 passage size")
     r.add_argument("--client-option", type=_kv, action="append", default=[],
@@ -84,31 +94,17 @@ def cmd_run(a: argparse.Namespace) -> int:
     from recursa.types import RecursaError
 
     from .executors import executor_from_args
-    from .methods import MethodConfig, parse_method
     from .runner import make_specs, parse_length, run_bench
 
     try:
         opts = RLMOptions.from_args(a).with_default_model(
             say=lambda m: err.print(f"[yellow]{m}[/]"))
         lengths = [parse_length(x) for x in _csv(a.lengths)]
-        client_options = dict(a.client_option)
-        client_options.update(opts.client_options())
-        configs = []
-        for label in _csv(a.method):
-            name, depth, truncate = parse_method(label, a.depth, a.truncate)
-            configs.append(MethodConfig(
-                method=name, depth=depth, truncate=truncate, model=opts.model or "",
-                sub_model=opts.sub_model, base_url=opts.base_url, sub_base_url=opts.sub_base_url,
-                api_key_env=opts.api_key_env, sub_api_key_env=opts.sub_api_key_env,
-                prices=opts.price_table(), sandbox=opts.sandbox, limits=opts.limits(),
-                max_output_chars=opts.max_output_chars,
-                subcall_concurrency=opts.subcall_concurrency, client_options=client_options,
-                model_options=opts.model_options(), window_tokens=a.window,
-                chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips,
-                cache=opts.cache))
+        configs, baselines = method_configs(a, opts)
         seeds = range(a.seed, a.seed + a.n)
         trace_dir = None if a.no_traces else str(_out(a.out) / "traces")
-        specs = make_specs(_csv(a.task), lengths, seeds, configs, trace_dir)
+        specs = make_specs(_csv(a.task), lengths, seeds, configs, trace_dir, split=a.split,
+                           baselines=baselines)
         # once, before any instance: a run that cannot work fails here, having spent nothing
         check_options(opts, say=lambda m: err.print(f"[dim]{m}[/]"))
     except (RecursaError, ValueError, KeyError, TypeError, OSError) as e:
@@ -131,6 +127,39 @@ def cmd_run(a: argparse.Namespace) -> int:
             err.print(f"  {n} x {why}")
         return 1
     return 0
+
+
+def method_configs(a: argparse.Namespace, opts: Any) -> tuple[list[Any], list[str]]:
+    """The MethodConfigs `bench run` asked for, and the baselines to run beside them. One
+    window for every method: `--window` loads a local model with that n_ctx (unless
+    --n-ctx says otherwise) and is the window `direct` checks inputs against."""
+    from .baselines import BASELINES
+    from .methods import MethodConfig, parse_method, split_worked_example
+    client_options = dict(a.client_option)
+    client_options.update(opts.client_options())
+    window = a.window or client_options.get("n_ctx")
+    if a.window and "n_ctx" not in client_options and any(
+            (m or "").startswith("local:") for m in (opts.model, opts.sub_model)):
+        client_options["n_ctx"] = a.window     # the local model really runs with it
+    configs = []
+    baselines = [] if a.no_baselines else _csv(a.baselines)
+    for full_label in _csv(a.method):
+        label, worked_example = split_worked_example(full_label)   # rlm-noex: the ablation
+        name, depth, truncate = parse_method(label, a.depth, a.truncate)
+        if name in BASELINES:        # asked for as a method: still a model-free baseline
+            baselines += [name] if name not in baselines else []
+            continue
+        configs.append(MethodConfig(
+            method=name, depth=depth, truncate=truncate, model=opts.model or "",
+            sub_model=opts.sub_model, base_url=opts.base_url, sub_base_url=opts.sub_base_url,
+            api_key_env=opts.api_key_env, sub_api_key_env=opts.sub_api_key_env,
+            prices=opts.price_table(), sandbox=opts.sandbox, limits=opts.limits(),
+            max_output_chars=opts.max_output_chars,
+            subcall_concurrency=opts.subcall_concurrency, client_options=client_options,
+            model_options=opts.model_options(), window_tokens=window,
+            chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips,
+            cache=opts.cache, worked_example=worked_example))
+    return configs, baselines
 
 
 def failure_reasons(rows: list[dict[str, Any]], top: int = 5) -> list[tuple[str, int]]:
@@ -169,7 +198,10 @@ def cmd_list(a: argparse.Namespace) -> int:
     from .tasks import TASKS
     for t in TASKS.values():
         print(f"task    {t.name:14s} {t.complexity:10s} {t.description}")
+    from .baselines import BASELINES
     for m in METHODS:
         print(f"method  {m}")
+    for b in BASELINES:
+        print(f"baseline {b} (no model; run beside every method unless --no-baselines)")
     print("method  rlm-dN (depth N; rlm-d0: no sub-calls), direct-trunc")
     return 0

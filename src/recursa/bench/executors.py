@@ -45,16 +45,17 @@ def failed_row(spec: dict[str, Any], error: str) -> dict[str, Any]:
     """A row for an instance whose task died outside `run_instance` (a worker crash, a lost
     node, a cancelled task): counted as an error, redone by --retry-errors."""
     cfg = spec.get("config") or {}
-    method = method_label(cfg.get("method", "?"), cfg.get("depth", 1), cfg.get("truncate", False))
+    method = method_label(cfg.get("method", "?"), cfg.get("depth", 1), cfg.get("truncate", False),
+                          cfg.get("worked_example", True))
     model = cfg.get("model") or "?"
     now = time.time()
     return {
         "schema": SCHEMA_VERSION,
         "key": spec.get("key") or row_key(spec["task"], spec["length"], spec["seed"], method,
-                                          model),
+                                          model, spec.get("split")),
         "task": spec["task"], "length": spec["length"], "seed": spec["seed"],
         "method": method, "model": model, "sub_model": cfg.get("sub_model") or model,
-        "answer": "", "answer_chars": 0, "gold": None, "gold_chars": 0,
+        "split": spec.get("split"), "answer": "", "answer_chars": 0, "gold": None, "gold_chars": 0,
         "score": 0.0, "metrics": {}, "status": "error", "error": error, "limit": None,
         "cost_usd": None, "root_input_tokens": 0, "root_output_tokens": 0,
         "sub_input_tokens": 0, "sub_output_tokens": 0, "tokens": 0, "turns": 0,

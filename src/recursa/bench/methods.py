@@ -73,6 +73,7 @@ class MethodConfig(BaseModel):
     passage_tokens: int = 200             # codeact-bm25 passage size
     tips: str | None = None
     cache: bool | str | None = None       # response cache: True (default file) or a path
+    worked_example: bool = True           # rlm / codeact-bm25: False cuts it (the ablation)
 
     @field_validator("cache", mode="before")
     @classmethod
@@ -81,16 +82,44 @@ class MethodConfig(BaseModel):
 
     @property
     def label(self) -> str:
-        return method_label(self.method, self.depth, self.truncate)
+        return method_label(self.method, self.depth, self.truncate, self.worked_example)
 
 
-def method_label(method: str, depth: int = 1, truncate: bool = False) -> str:
-    """The name a method run is filed under: rlm, rlm-d0, rlm-d2, direct, direct-trunc, ..."""
+NO_EXAMPLE = "-noex"
+
+
+def method_label(method: str, depth: int = 1, truncate: bool = False,
+                 worked_example: bool = True) -> str:
+    """The name a method run is filed under: rlm, rlm-d0, rlm-d2, direct, direct-trunc, ...;
+    `-noex` when the system prompt's worked example was cut (rlm-noex, codeact-bm25-noex)."""
+    suffix = "" if worked_example else NO_EXAMPLE
     if method == "rlm" and depth != 1:
-        return f"rlm-d{depth}"
+        return f"rlm-d{depth}{suffix}"
     if method == "direct" and truncate:
         return "direct-trunc"
-    return method
+    return method + suffix
+
+
+def split_worked_example(label: str) -> tuple[str, bool]:
+    """'rlm-noex' -> ('rlm', False); 'rlm' -> ('rlm', True). Only the methods whose prompt has
+    a worked example take the suffix."""
+    label = label.strip()
+    if label.endswith(NO_EXAMPLE):
+        base = label[:-len(NO_EXAMPLE)]
+        if base == "codeact-bm25" or re.fullmatch(r"rlm(-d\d+)?", base):
+            return base, False
+        raise ValueError(f"{label!r}: only rlm and codeact-bm25 have a worked example to cut")
+    return label, True
+
+
+def without_worked_example(system: str) -> str:
+    """A system prompt with its worked example (from "Example of a whole run" to the tips)
+    cut out: the with / without ablation the held-out protocol asks for on dev."""
+    start = system.find("Example of a whole run")
+    end = system.rfind("{tips}")
+    if start < 0 or end < start:
+        return system
+    return system[:start] + system[end:]
 
 
 def parse_method(label: str, depth: int = 1, truncate: bool = False) -> tuple[str, int, bool]:
@@ -101,9 +130,12 @@ def parse_method(label: str, depth: int = 1, truncate: bool = False) -> tuple[st
         return "rlm", int(m.group(1)), False
     if label == "direct-trunc":
         return "direct", 1, True
+    from .baselines import BASELINES
+    if label in BASELINES:
+        return label, 1, False
     if label not in METHODS:
         raise ValueError(f"unknown method {label!r}; known: {', '.join(METHODS)}, rlm-dN, "
-                         "direct-trunc")
+                         f"direct-trunc, and the baselines {', '.join(BASELINES)}")
     return label, depth if label == "rlm" else 1, truncate if label == "direct" else False
 
 
@@ -339,6 +371,9 @@ async def run_rlm(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> 
     if cfg.depth == 0:
         limits["max_subcalls"] = 0   # enforce "no sub-calls", not just ask for it
         system = NO_SUBCALL_SYSTEM
+    if not cfg.worked_example:
+        from recursa import prompts
+        system = without_worked_example(system or prompts.SYSTEM)
     try:
         rlm = RLM(model=root, sub_model=sub, sandbox=cfg.sandbox,
                   max_output_chars=cfg.max_output_chars, concurrency=cfg.subcall_concurrency,
@@ -367,7 +402,29 @@ text; each hit is {{"id": int, "score": float, "text": str}}, best first.
 - `answer`: a dict {{"content": "", "ready": False}}. Put your answer in answer["content"] and set \
 answer["ready"] = True when it is final; or call FINAL(text).
 How to work: search with the query's key words, print the hits, read them (yourself or with \
-llm_query), then commit the answer.
+llm_query), then commit the answer. Every number or name in your answer must come from output \
+you have seen: never guess.
+
+Example of a whole run (another task). Query: "In which city was the Ada meeting held?"
+Turn 1:
+```repl
+hits = search("Ada meeting city", k=5)
+for h in hits:
+    print(h["id"], round(h["score"], 2), h["text"][:200])
+```
+Output: five passages; two of them mention Ada.
+Turn 2:
+```repl
+# the text first, then the query itself
+found = llm_batch([h["text"] + "\\n\\nIn which city was the Ada meeting held? Answer from \
+the text above, or reply 'none'." for h in hits])
+print(found)
+```
+Output: ['Lyon', 'none', 'none', 'Lyon', 'none']
+Turn 3:
+```repl
+FINAL("Lyon")
+```
 {tips}"""
 
 # Defines `search` in the REPL on top of its host-call channel (the same one llm_query uses),
@@ -430,7 +487,8 @@ async def run_codeact_bm25(cfg: MethodConfig, inst: Instance, trace_path: str | 
                   max_output_chars=cfg.max_output_chars, concurrency=cfg.subcall_concurrency,
                   trace_path=trace_path, model_options=dict(cfg.model_options),
                   sub_model_options=dict(cfg.model_options), tips=cfg.tips,
-                  system_prompt=CODEACT_SYSTEM, **limits)
+                  system_prompt=CODEACT_SYSTEM if cfg.worked_example
+                  else without_worked_example(CODEACT_SYSTEM), **limits)
         note = NOTE_CONTEXT.format(n=len(passages), tokens=len(text) // CHARS_PER_TOKEN)
         return await rlm.acompletion(inst.query, note)
     finally:
@@ -438,7 +496,11 @@ async def run_codeact_bm25(cfg: MethodConfig, inst: Instance, trace_path: str | 
 
 
 # ---------------------------------------------------------------- dispatch by name
-async def run_method(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
+async def run_method(cfg: MethodConfig, inst: Instance, trace_path: str | None,
+                     seed: int | None = None) -> Result:
+    from .baselines import BASELINES, run_baseline
+    if cfg.method in BASELINES:     # no model: `seed` keeps the constant off this instance
+        return await run_baseline(cfg.method, inst, seed)
     fn = {"rlm": run_rlm, "direct": run_direct, "compaction": run_compaction,
           "codeact-bm25": run_codeact_bm25}.get(cfg.method)
     if fn is None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .baselines import BASELINES
 from .runner import format_length, load_rows
 
 CI_METHOD = "95% percentile bootstrap over instances (2,000 resamples, seed 0)"
@@ -86,14 +87,45 @@ def _cost(c: Cell) -> str:
     return "unknown" if c.cost is None else f"${c.cost:.4f}"
 
 
-HEADERS = ["method", "length", "n", "score", "95% CI", "errors", "cost/inst", "root tok",
-           "sub tok", "time s"]
+HEADERS = ["method", "length", "n", "score", "95% CI", "vs best baseline", "errors",
+           "cost/inst", "root tok", "sub tok", "time s"]
 
 
-def _cells_row(c: Cell) -> list[str]:
+def is_baseline(method: str) -> bool:
+    return method in BASELINES
+
+
+def best_baselines(cells: list[Cell]) -> dict[tuple[str, int | None], Cell]:
+    """The best no-model baseline of each (task, length) cell (length None: all lengths)."""
+    best: dict[tuple[str, int | None], Cell] = {}
+    for c in cells:
+        if is_baseline(c.method):
+            k = (c.task, c.length)
+            if k not in best or c.mean > best[k].mean:
+                best[k] = c
+    return best
+
+
+def versus(c: Cell, best: dict[tuple[str, int | None], Cell]) -> str:
+    """How a method stands against the best baseline of its cell. 'beats' needs the lower end
+    of its interval above the baseline's mean; a mean above it with an interval reaching below
+    is 'above (CI overlaps)'; anything else does not beat it."""
+    if is_baseline(c.method):
+        return "(baseline)"
+    b = best.get((c.task, c.length))
+    if b is None:
+        return "no baseline run"
+    if c.mean <= b.mean:
+        return f"NOT above {b.method} {b.mean:.2f}"
+    if c.lo > b.mean:
+        return f"beats {b.method} {b.mean:.2f}"
+    return f"above {b.method} {b.mean:.2f} (CI overlaps)"
+
+
+def _cells_row(c: Cell, best: dict[tuple[str, int | None], Cell] | None = None) -> list[str]:
     err = str(c.errors) + (f" ({c.overflow} over window)" if c.overflow else "")
     return [c.method, "all" if c.length is None else format_length(c.length), str(c.n),
-            f"{c.mean:.2f}", f"[{c.lo:.2f}, {c.hi:.2f}]", err, _cost(c),
+            f"{c.mean:.2f}", f"[{c.lo:.2f}, {c.hi:.2f}]", versus(c, best or {}), err, _cost(c),
             f"{c.root_tokens:,.0f}", f"{c.sub_tokens:,.0f}", f"{c.wall_s:.1f}"]
 
 
@@ -101,17 +133,28 @@ def markdown(cells: list[Cell], rows: list[dict[str, Any]]) -> str:
     out = [f"Scores are means over instances; the interval is a {CI_METHOD}. Tokens and time "
            "are means per instance; 'errors' counts runs that produced no usable answer "
            "(an input over the model's window is one).", ""]
-    models = sorted({f"{r['model']} (sub: {r.get('sub_model') or r['model']})" for r in rows})
+    models = sorted({f"{r['model']} (sub: {r.get('sub_model') or r['model']})" for r in rows
+                     if not is_baseline(r["method"])})
     out.append("Models: " + "; ".join(models))
+    splits = sorted({str(r.get("split") or "test (no split)") for r in rows})
+    out.append("Split: " + ", ".join(splits))
+    out += ["", "Baselines (no model, no cost): `grep` (the query's rarest words: the line "
+            "holding them, or for a count the number of such lines), `regex` (the commonest "
+            "value of the answer's shape), `constant` (the commonest gold over dev seeds). "
+            "'vs best baseline' compares each method with the best of them in the same cell: "
+            "'beats' when the lower end of its interval is above the baseline's mean, 'NOT "
+            "above' when its mean is not higher."]
+    best = best_baselines(cells)
     for task in sorted({c.task for c in cells}):
         out += ["", f"### {task}", "", "| " + " | ".join(HEADERS) + " |",
                 "|" + "---|" * len(HEADERS)]
-        out += ["| " + " | ".join(_cells_row(c)) + " |" for c in cells if c.task == task]
+        out += ["| " + " | ".join(_cells_row(c, best)) + " |" for c in cells if c.task == task]
     return "\n".join(out) + "\n"
 
 
 def print_tables(cells: list[Cell], console: Any) -> None:
     from rich.table import Table
+    best = best_baselines(cells)
     for task in sorted({c.task for c in cells}):
         t = Table(title=f"{task}  (score: mean, {CI_METHOD})", title_justify="left")
         for h in HEADERS:
@@ -121,7 +164,7 @@ def print_tables(cells: list[Cell], console: Any) -> None:
             if prev is not None and c.method != prev:
                 t.add_section()
             prev = c.method
-            t.add_row(*_cells_row(c))
+            t.add_row(*_cells_row(c, best))
         console.print(t)
 
 
@@ -143,6 +186,9 @@ def _legend_below(fig: Any, axes: Any) -> None:
     fig.tight_layout(rect=(0, 0.1, 1, 1))
 
 
+BASELINE_COLOURS = {"grep": "0.35", "regex": "0.55", "constant": "0.75"}
+
+
 def plot_score_vs_length(cells: list[Cell], path: Path) -> Path:
     plt = _plt()
     tasks = sorted({c.task for c in cells})
@@ -160,7 +206,12 @@ def plot_score_vs_length(cells: list[Cell], path: Path) -> Path:
             xs = [(c.length or 0) * shift for c in pts]
             ys = [c.mean for c in pts]
             err = [[c.mean - c.lo for c in pts], [c.hi - c.mean for c in pts]]
-            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=method)
+            if is_baseline(method):     # no-model baselines: grey dashed, every panel
+                ax.errorbar(xs, ys, yerr=err, marker="x", capsize=2, linestyle="--",
+                            color=BASELINE_COLOURS[method], alpha=0.8,
+                            label=f"{method} (baseline)")
+            else:
+                ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=method)
         ax.set_xscale("log", base=2)
         lengths = sorted({c.length for c in cells if c.task == task and c.length})
         ax.set_xticks(lengths, [format_length(x) for x in lengths])
@@ -188,6 +239,12 @@ def plot_cost_vs_score(cells: list[Cell], path: Path) -> Path:
         for i, method in enumerate(methods):
             pts = [c for c in per_len if c.task == task and c.method == method]
             if not pts:
+                continue
+            if is_baseline(method):
+                # a baseline spends nothing, so it has no place on the cost axis: a line at
+                # its best score over the lengths shows what any method must beat
+                ax.axhline(max(c.mean for c in pts), linestyle="--", linewidth=1,
+                           color=BASELINE_COLOURS[method], label=f"{method} (baseline, best)")
                 continue
             xs = [(c.cost or 0.0) if use_usd else c.root_tokens + c.sub_tokens for c in pts]
             ax.scatter(xs, [c.mean for c in pts], marker=markers[i % len(markers)],

@@ -41,8 +41,13 @@ ANSWER_CHARS = 4000      # answers and golds are kept in rows up to this size (w
 SCHEMA_VERSION = 1
 
 
-def row_key(task: str, length: int, seed: int, method: str, model: str) -> str:
-    return f"{task}|{length}|{seed}|{method}|{model}"
+def row_key(task: str, length: int, seed: int, method: str, model: str,
+            split: str | None = None) -> str:
+    """A row's identity. Test-split rows (and rows of families without a split) keep the
+    original five-part key, so results files written before the split existed still resume;
+    dev rows get a sixth part."""
+    key = f"{task}|{length}|{seed}|{method}|{model}"
+    return key + "|dev" if split == "dev" else key
 
 
 def parse_length(text: str) -> int:
@@ -65,20 +70,42 @@ def format_length(n: int) -> str:
 
 def make_specs(tasks: Iterable[str], lengths: Iterable[int], seeds: Iterable[int],
                configs: Iterable[MethodConfig], trace_dir: str | None,
-               task_options: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+               task_options: dict[str, Any] | None = None, split: str | None = None,
+               baselines: Iterable[str] = ()) -> list[dict[str, Any]]:
     """The run specs, ordered so that every method of an instance runs close together (a
-    partial run then compares methods on the same instances)."""
+    partial run then compares methods on the same instances). ``split`` (dev / test) goes to
+    the held-out families; ``baselines`` (grep, regex, constant) run beside the methods on every
+    instance, filed under the model "none" so every model's run shares them."""
+    from .baselines import BASELINE_MODEL, BASELINES
+    from .tasks import HELD_OUT
+    from .tasks.split import check_split
     specs = []
     cfgs = list(configs)
+    for b in baselines:
+        if b not in BASELINES:
+            raise ValueError(f"unknown baseline {b!r}; known: {', '.join(BASELINES)}")
+        cfgs.append(MethodConfig(method=b, model=BASELINE_MODEL))
     for task in tasks:
         get_task(task)   # fail early on an unknown name
+        opts = dict(task_options or {})
+        task_split: str | None = None
+        if split is not None:
+            task_split = check_split(split)
+            if task in HELD_OUT:
+                opts["split"] = task_split
+            elif task_split == "dev":
+                raise ValueError(f"task {task!r} has no dev/test split (only "
+                                 f"{', '.join(HELD_OUT)} do); run it without --split dev")
+            else:
+                task_split = None
         for length in lengths:
             for seed in seeds:
                 for cfg in cfgs:
                     specs.append({"task": task, "length": int(length), "seed": int(seed),
                                   "config": cfg.model_dump(), "trace_dir": trace_dir,
-                                  "task_options": dict(task_options or {}),
-                                  "key": row_key(task, length, seed, cfg.label, cfg.model)})
+                                  "task_options": opts, "split": task_split,
+                                  "key": row_key(task, length, seed, cfg.label, cfg.model,
+                                                 task_split)})
     return specs
 
 
@@ -121,14 +148,17 @@ async def arun_instance(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.monotonic()
     cfg = MethodConfig.model_validate(spec["config"])
     task = get_task(spec["task"])
+    split = spec.get("split")
     row: dict[str, Any] = {
         "schema": SCHEMA_VERSION, "key": spec.get("key") or row_key(
-            spec["task"], spec["length"], spec["seed"], cfg.label, cfg.model),
+            spec["task"], spec["length"], spec["seed"], cfg.label, cfg.model, split),
         "task": spec["task"], "length": spec["length"], "seed": spec["seed"],
         "method": cfg.label, "model": cfg.model, "sub_model": cfg.sub_model or cfg.model,
+        "split": split,
     }
     trace_path = None
-    if spec.get("trace_dir"):
+    from .baselines import BASELINES
+    if spec.get("trace_dir") and cfg.method not in BASELINES:    # a baseline has no trace
         trace_path = str(Path(spec["trace_dir"]) / _trace_name(row["key"]))
         Path(trace_path).unlink(missing_ok=True)   # a half-written trace of an earlier attempt
     res: Result | None = None
@@ -138,7 +168,7 @@ async def arun_instance(spec: dict[str, Any]) -> dict[str, Any]:
                                        **spec.get("task_options", {}))
         row["instance_id"] = inst.id
         row["query"] = inst.query
-        res = await run_method(cfg, inst, trace_path)
+        res = await run_method(cfg, inst, trace_path, seed=spec["seed"])
         sc = task.score(res.answer, inst)
         score, metrics = sc.score, sc.metrics
         gold = inst.gold

@@ -5,16 +5,25 @@ from __future__ import annotations
 from .base import CHARS_PER_TOKEN, Instance, Score, Task, estimate_tokens
 from .browsecomp import BrowseComp
 from .codeqa import CodeQA
+from .judge_agg import JudgeAgg
+from .judge_pairs import JudgePairs
 from .math_python import MathPython
+from .meta import Meta
 from .oolong import Oolong
 from .oolong_pairs import OolongPairs
+from .para_niah import ParaNIAH, ParaNIAHMultiValue
 from .sniah import SNIAH
+from .two_hop import TwoHop
 from .verbatim_copy import VerbatimCopy
 
 TASKS: dict[str, Task] = {
     t.name: t
-    for t in (SNIAH(), Oolong(), OolongPairs(), CodeQA(), BrowseComp(), VerbatimCopy(), MathPython())
+    for t in (SNIAH(), Oolong(), OolongPairs(), CodeQA(), BrowseComp(), VerbatimCopy(), MathPython(),
+              ParaNIAH(), ParaNIAHMultiValue(), JudgeAgg(), JudgePairs(), TwoHop(), Meta())
 }
+# The families built so that no grep, regex or constant passes them (issue 20), with a held-out
+# dev / test split of seeds, templates and haystack text.
+HELD_OUT = ("para_niah", "para_niah_mv", "two_hop", "judge_agg", "judge_pairs", "meta")
 
 
 def get_task(name: str) -> Task:
@@ -24,4 +33,4 @@ def get_task(name: str) -> Task:
         raise KeyError(f"unknown task {name!r}; known: {', '.join(TASKS)}") from None
 
 
-__all__ = ["CHARS_PER_TOKEN", "TASKS", "Instance", "Score", "Task", "estimate_tokens", "get_task"]
+__all__ = ["CHARS_PER_TOKEN", "HELD_OUT", "TASKS", "Instance", "Score", "Task", "estimate_tokens", "get_task"]
