@@ -105,7 +105,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                 subcall_concurrency=opts.subcall_concurrency, client_options=client_options,
                 model_options=opts.model_options(), window_tokens=a.window,
                 chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips,
-                cache=opts.cache))
+                cache=opts.cache, strategy=opts.strategy))
         seeds = range(a.seed, a.seed + a.n)
         trace_dir = None if a.no_traces else str(_out(a.out) / "traces")
         specs = make_specs(_csv(a.task), lengths, seeds, configs, trace_dir)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher
@@ -73,6 +73,14 @@ class MethodConfig(BaseModel):
     passage_tokens: int = 200             # codeact-bm25 passage size
     tips: str | None = None
     cache: bool | str | None = None       # response cache: True (default file) or a path
+    strategy: Literal["code", "plan", "auto"] = "code"   # rlm only (recursa.planner)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strategy_of_label(cls, data: Any) -> Any:   # method "rlm-plan": rlm in plan mode
+        if isinstance(data, dict) and str(data.get("method", "")).startswith("rlm-"):
+            data = {**data, "method": "rlm", "strategy": data["method"].split("-", 1)[1]}
+        return data
 
     @field_validator("cache", mode="before")
     @classmethod
@@ -81,13 +89,16 @@ class MethodConfig(BaseModel):
 
     @property
     def label(self) -> str:
-        return method_label(self.method, self.depth, self.truncate)
+        return method_label(self.method, self.depth, self.truncate, self.strategy)
 
 
-def method_label(method: str, depth: int = 1, truncate: bool = False) -> str:
-    """The name a method run is filed under: rlm, rlm-d0, rlm-d2, direct, direct-trunc, ..."""
-    if method == "rlm" and depth != 1:
-        return f"rlm-d{depth}"
+def method_label(method: str, depth: int = 1, truncate: bool = False,
+                 strategy: str = "code") -> str:
+    """The name a method run is filed under: rlm, rlm-d0, rlm-d2, rlm-plan, rlm-d2-auto,
+    direct, direct-trunc, ..."""
+    if method == "rlm" and (depth != 1 or strategy != "code"):
+        return "rlm" + (f"-d{depth}" if depth != 1 else "") + \
+            (f"-{strategy}" if strategy != "code" else "")
     if method == "direct" and truncate:
         return "direct-trunc"
     return method
@@ -96,6 +107,9 @@ def method_label(method: str, depth: int = 1, truncate: bool = False) -> str:
 def parse_method(label: str, depth: int = 1, truncate: bool = False) -> tuple[str, int, bool]:
     """Inverse of method_label; a bare `rlm` / `direct` takes the given depth / truncate."""
     label = label.strip()
+    m = re.fullmatch(r"rlm(?:-d(\d+))?-(plan|auto)", label)
+    if m:   # MethodConfig(method="rlm-plan") is rlm with strategy="plan"
+        return f"rlm-{m.group(2)}", int(m.group(1)) if m.group(1) else depth, False
     m = re.fullmatch(r"rlm-d(\d+)", label)
     if m:
         return "rlm", int(m.group(1)), False
@@ -103,7 +117,7 @@ def parse_method(label: str, depth: int = 1, truncate: bool = False) -> tuple[st
         return "direct", 1, True
     if label not in METHODS:
         raise ValueError(f"unknown method {label!r}; known: {', '.join(METHODS)}, rlm-dN, "
-                         "direct-trunc")
+                         "rlm-plan, rlm-auto, rlm-dN-plan, direct-trunc")
     return label, depth if label == "rlm" else 1, truncate if label == "direct" else False
 
 
@@ -344,7 +358,7 @@ async def run_rlm(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> 
                   max_output_chars=cfg.max_output_chars, concurrency=cfg.subcall_concurrency,
                   trace_path=trace_path, model_options=dict(cfg.model_options),
                   sub_model_options=dict(cfg.model_options), tips=cfg.tips,
-                  system_prompt=system, **limits)
+                  system_prompt=system, strategy=cfg.strategy, **limits)
         return await rlm.acompletion(inst.query, inst.context)
     finally:
         await _close(root, sub)
