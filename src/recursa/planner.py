@@ -278,12 +278,13 @@ def plan_code(plan: Any, dry: bool) -> str:
             out = "label_counts"
         elif not dry and isinstance(plan, Pairs):
             prefix = plan.id_prefix.strip()
-            ident = (f"(re.search(re.escape({r(prefix)}) + r'\\s*(\\S+)', _rec) or [None, "
-                     "str(_i + 1)])[1]" if prefix else "str(_i + 1)")
+            ident = (f"(re.search(re.escape({r(prefix)}) + r'[\\s:#=]*([\\w.-]+)', _rec) or "
+                     "[None, str(_i + 1)])[1]" if prefix else "str(_i + 1)")
             body += (
                 f"\nrecord_ids = [{ident} for _i, _rec in enumerate(records)]\n"
                 f"_keep = {r(plan.keep)}\n"
-                "kept_ids = sorted({i for i, x in zip(record_ids, record_labels) if x in _keep})\n"
+                "kept_ids = sorted({i for i, x in zip(record_ids, record_labels) if x in _keep}, "
+                "key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x))\n"
                 "plan_pairs = pairs(kept_ids)\n"
                 "print(f'{len(records)} records, {len(kept_ids)} ids with a label in "
                 "{_keep}: {kept_ids[:100]}')\n"
