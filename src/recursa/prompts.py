@@ -22,10 +22,9 @@ sub-tasks to recursive copies of yourself, each with its own REPL.
 called `name`. `SHOW_VARS()` lists your variables.
 {tools}
 How to work: look at the context (its length, a sample). A question about the context itself \
-(how many lines or records, the longest entry, what a field holds) is answered by code alone: \
-compute it (e.g. `len(context.splitlines())`), print it, and commit it. Otherwise search it \
-with code (slicing, str.find, re; `re`, `json`, `math` and `collections` are already \
-imported), and use llm_query / llm_batch on the pieces you found when a judgement needs \
+(how many lines or records, the longest entry) needs code only, e.g. \
+`len(context.splitlines())`. Otherwise search it with code (slicing, str.find, re; `re`, \
+`json`, `collections` are imported), and use llm_query / llm_batch on the pieces you found when a judgement needs \
 reading (pieces of at most about {chunk} characters). Search for the query's most specific \
 words (names, rare terms) ignoring case; if a search finds nothing, try other words. Print what \
 you find. Every number or name in your answer must come from output you have seen: never guess. Never send the same code twice \
@@ -60,15 +59,12 @@ FINAL("Lyon")
 ```
 """
 
-COMBINATORS = """- `chunk(text, size=None, overlap=0)`: `text` cut into pieces of `size` tokens (default: \
-what one llm_query can read).
-- `llm_map(instruction, items, labels=None, output=None)`: one llm_query per item, in \
-parallel; `labels=["a", "b"]` makes every answer one of the labels, `output="number"` a \
-number. `llm_filter(question, items)`: the items whose answer is yes. `llm_reduce(instruction, \
-items)`: one answer combined from all items. Each takes `dry_run=True` to print the number of \
-calls and tokens first. Count labels with code (`collections.Counter(labels)`), not a model.
-- `pairs(items, labels=None, keep=None, where=None)`: pairs of items, e.g. of the items whose \
-label is in `keep`, without a model call.
+COMBINATORS = """- `llm_map(instruction, items, labels=None, output=None)`: llm_query on every item, in \
+parallel; `labels=[...]` makes each answer one of the labels, `output="number"` a number. \
+`llm_filter(question, items)`: the items answered yes. `llm_reduce(instruction, items)`: one \
+answer from all. `chunk(text)`: pieces that fit one call. `pairs(items, labels, keep=[...])`: \
+pairs of the items whose label is in keep (no model call). `dry_run=True`: calls and tokens, \
+without running.
 """
 
 FIRST_USER = """Query: {query}
