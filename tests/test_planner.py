@@ -200,3 +200,12 @@ def test_plain_line_count_without_importing_re():
     assert res.answer == "1200"
     assert "1200" in root.calls[1][-1]["content"]
     assert "Ada meeting" not in root.calls[0][0]["content"]
+
+
+def test_the_plan_leaves_its_results_but_not_its_helpers_in_the_repl():
+    root = scripted({"plan": "label_count", "instruction": "Negative?",
+                     "labels": ["positive", "negative"]}, "SHOW_VARS()", "FINAL('x')")
+    run(root)
+    shown = [c for c in root.calls if not is_planner(c)][1][-1]["content"]
+    assert "label_counts: Counter" in shown and "records: list" in shown
+    assert "_plan" not in shown and "plan_bound" not in shown

@@ -292,9 +292,12 @@ def plan_code(plan: Any, dry: bool) -> str:
             out = "plan_pairs"
     else:
         raise ValueError(f"no code for plan {plan!r}")
+    # the plan's helpers leave the REPL; its results stay
+    tidy = ("for _n in [n for n in globals() if n.startswith(('_plan', '_PLAN', '_b1', "
+            "'_keep', '_ranked', '_l', 'plan_bound'))]:\n    del globals()[_n]\ndel _n")
     if dry:
-        return f"{_PRELUDE}\n{body}\nprint(json.dumps({out}))"
-    return f"{_PRELUDE}\n{body}"
+        return f"{_PRELUDE}\n{body}\nprint(json.dumps({out}))\n{tidy}"
+    return f"{_PRELUDE}\n{body}\n{tidy}"
 
 
 def describe(plan: Any) -> str:
