@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
+from recursa import prompts
 from recursa.types import BudgetExceeded, ModelError
 
 if TYPE_CHECKING:
@@ -356,7 +357,7 @@ async def run_plan(run: _Run, description: str) -> None:
                                 "label_counts", "record_ids", "kept_ids", "plan_pairs"))
     _preface(run, RESULTS.format(plan=describe(plan), calls=bound["calls"],
                                  tokens=bound["tokens"], output=output[:env.max_output_chars],
-                                 names=names))
+                                 names=names), replace_start=True)
     from recursa.guards import plain_digits
     st.seen.append(plain_digits(output))
 
@@ -388,9 +389,16 @@ def _note(run: _Run, why: str) -> None:
     _preface(run, FELL_BACK.format(why=why))
 
 
-def _preface(run: _Run, text: str) -> None:
-    """Add `text` to the root's first message (before its first code turn)."""
+def _preface(run: _Run, text: str, replace_start: bool = False) -> None:
+    """Add `text` to the root's first message (before its first code turn); with results,
+    in place of its "start by exploring" line, which would contradict them."""
     msg = run.messages[1]
-    msg["content"] = f"{msg['content']}\n\n{text}"
+    content = msg["content"]
+    start = prompts.FIRST_USER.rsplit("\n\n", 1)[-1]
+    if replace_start and start in content:
+        content = content.replace(start, text, 1)
+    else:
+        content = f"{content}\n\n{text}"
+    msg["content"] = content
     run.st.first_user = msg["content"]
     run.st.full[1] = dict(msg)
