@@ -209,3 +209,21 @@ def test_the_plan_leaves_its_results_but_not_its_helpers_in_the_repl():
     shown = [c for c in root.calls if not is_planner(c)][1][-1]["content"]
     assert "label_counts: Counter" in shown and "records: list" in shown
     assert "_plan" not in shown and "plan_bound" not in shown
+
+
+def test_the_live_view_shows_the_bound_before_the_plan_runs():
+    import io
+
+    from rich.console import Console
+
+    from recursa.console import ConsoleView
+    from recursa.types import Event
+    buf = io.StringIO()
+    view = ConsoleView(Console(file=buf, width=120))
+    try:
+        view.emit(Event(kind="plan", id="p1", phase="point", data={
+            "plan_kind": "label_count", "bound": {"calls": 30, "tokens": 1240,
+                                                  "cost_usd": 0.0012}}))
+    finally:
+        view.close()
+    assert "plan label_count: at most 30 sub-calls, 1,240 tokens, $0.0012" in buf.getvalue()
