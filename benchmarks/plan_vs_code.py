@@ -1,6 +1,6 @@
 """The local 1.5B as root and sub-model on two dev-style inputs, in code and plan mode.
 
-    PYTHONPATH=src python benchmarks/plan_vs_code.py [--modes code,code-noex,plan] [--n 40]
+    PYTHONPATH=src python benchmarks/plan_vs_code.py [--runs reviews:plan,lines:code] [--n 30]
 
 - `reviews`: N short product reviews whose sentiment is not written as a word; "How many of
   the reviews are negative?" (needs a judgement per record; a count of the word 'negative' is 0).
@@ -45,17 +45,18 @@ def log_lines(n: int = 1200) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--modes", default="code,code-noex,plan")
-    ap.add_argument("--inputs", default="reviews,lines")
+    ap.add_argument("--runs", default="reviews:plan,reviews:code,lines:plan,lines:code,"
+                    "lines:code-noex", help="input:mode pairs")
     ap.add_argument("--n", type=int, default=30)
     ap.add_argument("--max-seconds", type=float, default=300)
     a = ap.parse_args()
     text, gold = reviews(a.n)
     cases = {"reviews": ("How many of the reviews are negative?", text, str(gold)),
              "lines": ("How many lines does the context have?", log_lines(), "1200")}
-    for name in a.inputs.split(","):
+    for run in a.runs.split(","):          # input:mode
+        name, mode = run.split(":")
         query, context, want = cases[name]
-        for mode in a.modes.split(","):
+        if True:
             rlm = RLM(model="local:qwen2.5-coder-1.5b", strategy=mode.split("-")[0],
                       example=not mode.endswith("noex"), max_iterations=6,
                       max_seconds=a.max_seconds, max_output_chars=2000,
@@ -67,7 +68,8 @@ def main() -> None:
             right = want in re.findall(r"\d+", res.answer)
             print(f"{name:8} {mode:10} answer={res.answer[:60]!r:64} right={right!s:5} "
                   f"gold={want} status={res.status} turns={res.turns} "
-                  f"subcalls={res.subcalls} tokens={res.usage.total_tokens:,} "
+                  f"subcalls={res.subcalls} "
+                  f"tokens={sum(u.usage.total_tokens for u in res.usage.values()):,} "
                   f"s={time.monotonic() - t0:.0f}", flush=True)
 
 
