@@ -32,7 +32,7 @@ def sniah_model(messages: list[dict[str, Any]]) -> str:
     it finds the needle in what it is shown, or writes code that does."""
     system = str(messages[0].get("content", "")) if messages else ""
     last = str(messages[-1].get("content", ""))
-    if "search(query" in system:                        # codeact-bm25 root
+    if "you can only search it" in system:              # codeact-bm25 root
         key = re.search(r"number for (\S+) mentioned", _text(messages))
         return ("```repl\nimport re\nhits = search(" + repr(key.group(1) if key else "magic")
                 + ", k=3)\nprint(len(hits))\n"
@@ -265,14 +265,16 @@ def test_worked_example_ablation_labels_and_prompts() -> None:
     cfg = MethodConfig(method="rlm", model="m", worked_example=False)
     assert cfg.label == "rlm-noex"
     assert MethodConfig(method="rlm", depth=2, model="m", worked_example=False).label == "rlm-d2-noex"
-    for system in (prompts.SYSTEM, CODEACT_SYSTEM):
-        assert "Example of a whole run" in system
-        cut = without_worked_example(system)
-        assert "Example of a whole run" not in cut and "Ada" not in cut
-        assert cut.rstrip().endswith("{tips}")
+    cut = without_worked_example(CODEACT_SYSTEM)
+    assert "Example of a whole run" in CODEACT_SYSTEM
+    assert "Example of a whole run" not in cut and "Ada" not in cut
+    assert cut.rstrip().endswith("{tips}")
     fields = {"context_type": "str", "max_output_chars": 2000, "sub_chars": 8000, "chunk": 4000,
               "tools": "", "tips": ""}
-    ex_rlm = len(prompts.SYSTEM) - len(without_worked_example(prompts.SYSTEM))
-    ex_codeact = len(CODEACT_SYSTEM) - len(without_worked_example(CODEACT_SYSTEM))
+    with_ex = prompts.system_prompt(context_type="str", max_output_chars=2000)
+    without = prompts.system_prompt(context_type="str", max_output_chars=2000, example=False)
+    assert "Example of a whole run" in with_ex and "Ada" not in without   # rlm's RLM(example=)
+    ex_rlm = len(with_ex) - len(without)
+    ex_codeact = len(CODEACT_SYSTEM) - len(cut)
     assert 0.6 < ex_codeact / ex_rlm < 1.4          # about the same worked-example budget
     assert "FINAL(\"Lyon\")" in CODEACT_SYSTEM.format(**fields)

@@ -404,6 +404,10 @@ def test_bad_requests_are_400_in_openai_shape(server: Server) -> None:
         c.chat.completions.create(model="recursa", messages=[{"role": "user", "content": "q"}],
                                   extra_body={"recursa": {"sub_model": "openai:gpt-5"}})
     assert e.value.code == "sub_model_not_allowed"
+    with pytest.raises(openai.BadRequestError) as e:
+        c.chat.completions.create(model="recursa", messages=[{"role": "user", "content": "q"}],
+                                  extra_body={"recursa": {"strategy": "planned"}})
+    assert e.value.body["param"] == "recursa.strategy" and "code, plan, auto" in e.value.message
     r = httpx.post(server.base + "/v1/chat/completions", content=b"{not json",
                    headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]

@@ -88,6 +88,11 @@ class ConsoleView:
             elif ev.kind == "cell" and ev.phase == "end" and ev.depth == 0:
                 if d.get("timed_out") or d.get("restarted"):
                     line = "  cell stopped: sandbox restarted"
+            elif ev.kind == "plan" and ev.phase == "point" and d.get("bound"):
+                b = d["bound"]
+                cost = "" if b.get("cost_usd") is None else f", ${b['cost_usd']:.4f}"
+                line = (f"plan {d.get('plan_kind')}: at most {b.get('calls', 0):,} sub-calls, "
+                        f"{b.get('tokens', 0):,} tokens{cost}")
             elif ev.kind == "final" and ev.depth == 0:
                 self.last_answer = d
             if line:

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from recursa import combinators
 from recursa import images as img
 from recursa.budget import Ledger
 from recursa.context import estimate_tokens
@@ -181,8 +182,10 @@ class Dispatcher:
                                model=comp.model or client.name if comp else client.name)
 
     async def llm(self, prompt: Any, model: str | None, opts: dict[str, Any], node: Node,
-                  images: Any = None) -> str:
-        """One sub-call from sandboxed code: a string answer or an 'Error: ...' string."""
+                  images: Any = None, host_options: dict[str, Any] | None = None) -> str:
+        """One sub-call from sandboxed code: a string answer or an 'Error: ...' string.
+        `host_options` are built by the host (a combinator's reply cap and constraint) and
+        pass unfiltered; `opts` come from sandboxed code and are filtered."""
         t0 = time.time()
         messages = _messages(prompt)
         try:   # images come as JSON forms from the sandbox; the trace keeps hash and size only
@@ -206,7 +209,7 @@ class Dispatcher:
         messages = img.attach(messages, imgs)
         try:
             client = self._client(model)
-            options = {**self.sub_options, **_safe_opts(opts)}
+            options = {**self.sub_options, **_safe_opts(opts), **(host_options or {})}
             extra: dict[str, Any] = {}
             if self.tools is not None and self.tools.tools:
                 # tool output stays inside the loop: the REPL gets only the final answer
@@ -281,6 +284,8 @@ class Dispatcher:
                 ctxs = contexts or [None] * len(prompts)
                 return list(await asyncio.gather(
                     *(self.rlm(p, c, opts, node) for p, c in zip(prompts, ctxs, strict=True))))
+            if kind in combinators.KINDS:
+                return await combinators.handle(self, kind, args, node)
             return f"Error: unknown call {kind!r}"
         return handle
 

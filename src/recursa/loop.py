@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recursa import context as ctx
-from recursa import prompts
+from recursa import planner, prompts
 from recursa.budget import Budget, Ledger
 from recursa.compaction import abridge, fit, msg_tokens, push_history
 from recursa.dispatch import Dispatcher, Node, wall_limit
@@ -36,6 +36,7 @@ from recursa.parse import (
     normalize_code,
 )
 from recursa.recorder import RunRecorder, TurnSpan, result_from, tree_totals
+from recursa.search_host import available as search_available
 from recursa.search_host import with_search
 from recursa.streaming import turn_deltas
 from recursa.tempdirs import owned_tempdir
@@ -77,6 +78,8 @@ class RunEnv:
     last_turn_seconds: float | None = None
     output: OutputSpec | None = None     # the top-level answer's type (recursa.output)
     preface: str | None = None    # under the top-level query in its first message (sessions)
+    example: bool = True          # the worked example in the system prompt
+    strategy: str = "code"        # code | plan | auto (recursa.planner)
 
 
 def last_turn_seconds(env: RunEnv) -> float | None:
@@ -148,6 +151,7 @@ class _Run:
         self.t0 = time.monotonic()
         self.messages: list[Message] = []
         self.workdir: Path | None = None
+        self.description = ""
         self.sandbox: Sandbox | None = None
         self.starting: asyncio.Task[None] | None = None
         self.announced = False
@@ -160,6 +164,8 @@ class _Run:
                        budget=self.env.budget.model_dump())
         try:
             await self._open(context)
+            if self.depth == 0 and planner.choose(self.env) == "plan":
+                await planner.run_plan(self, self.description)   # a typed plan runs first
             await self._turns()
             await self._stop_calls()
             if st.final is None and not isinstance(st.error, ModelError):
@@ -419,6 +425,7 @@ class _Run:
         env, st = self.env, self.st
         self.workdir = Path(owned_tempdir("recursa-ctx-"))
         prep = ctx.prepare(context, self.workdir)
+        self.description = prep.description
         self.rec.note(context_sha256=prep.payload.sha256, context_bytes=prep.payload.size_bytes,
                       context_chars=prep.chars, description=prep.description)
         self.sandbox = env.make_sandbox()
@@ -542,7 +549,8 @@ def _first_messages(env: RunEnv, query: str, description: str,
     system = prompts.system_prompt(context_type=ctype.removeprefix("type: "),
                                    max_output_chars=env.max_output_chars,
                                    sub_chars=env.sub_context_chars, tips=env.tips,
-                                   tool_names=env.tool_names, template=env.system_template)
+                                   tool_names=env.tool_names, template=env.system_template,
+                                   example=env.example, search=search_available())
     first = prompts.FIRST_USER.format(query=query, description=description)
     if preface:
         first += "\n\n" + preface

@@ -127,6 +127,10 @@ OPTIONS: tuple[Opt, ...] = (
         "output tokens: IN/OUT for --model (and --sub-model if not given), MODEL=IN/OUT for "
         "another; repeatable", {"type": parse_price, "action": "append",
                                 "metavar": "[MODEL=]IN/OUT"}),
+    Opt("strategy", ("--strategy",), "how the root works: code (free-form code, default), plan "
+        "(it fills a typed plan the runtime runs with a known bound first) or auto (plan for "
+        "small models)", {"choices": ("code", "plan", "auto"), "default": "code",
+                          "metavar": "MODE"}),
     Opt("cache", ("--cache",), "cache model replies (in PATH, or the default cache file); "
         "off unless given", {"nargs": "?", "const": True, "metavar": "PATH"}),
 )
@@ -159,6 +163,7 @@ class RLMOptions:
     n_ctx: int | None = None
     prices: list[tuple[str | None, float, float]] | None = None
     cache: bool | str | None = None
+    strategy: str = "code"
 
     # ------------------------------------------------------------ argparse
     @staticmethod
@@ -277,7 +282,8 @@ class RLMOptions:
             "sandbox": self.sandbox, "concurrency": self.subcall_concurrency,
             "max_output_chars": self.max_output_chars,
             "model_options": self.model_options(), "sub_model_options": self.model_options(),
-            "client_options": self.client_options(), **self.limits()}
+            "client_options": self.client_options(), "strategy": self.strategy,
+            **self.limits()}
         prices = self.price_table()
         if prices:
             kw["prices"] = prices

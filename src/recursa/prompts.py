@@ -16,20 +16,24 @@ In the REPL:
 than a loop. A failed call returns a string starting with "Error:".
 - `rlm_query(prompt: str, context=None) -> str`, `rlm_batch(prompts, contexts=None)`: hand \
 sub-tasks to recursive copies of yourself, each with its own REPL.
-- `answer`: a dict {{"content": "", "ready": False}}. Build your answer in answer["content"] \
+{search}{combinators}- `answer`: a dict {{"content": "", "ready": False}}. Build your answer in answer["content"] \
 (over several turns if needed); set answer["ready"] = True only when it is final.
 - `FINAL(value)` commits the answer and ends the run; `FINAL_VAR("name")` commits the variable \
 called `name`. `SHOW_VARS()` lists your variables.
 {tools}
-How to work: look at the context (its length, a sample), search it with code (slicing, \
-str.find, re), and use llm_query / llm_batch on the pieces you found when a judgement needs \
+How to work: look at the context (its length, a sample). A question about the context itself \
+(how many lines or records, the longest entry) needs code only, e.g. \
+`len(context.splitlines())`. Otherwise search it with code (slicing, str.find, re; `re`, \
+`json`, `collections` are imported), and use llm_query / llm_batch on the pieces you found when a judgement needs \
 reading (pieces of at most about {chunk} characters). Search for the query's most specific \
 words (names, rare terms) ignoring case; if a search finds nothing, try other words. Print what \
 you find. Every number or name in your answer must come from output you have seen: never guess. Never send the same code twice \
 (its output will not change). Never assign to `context`. As soon as the output answers the \
 query, commit it with FINAL(...) in a ```repl block.
 
-Example of a whole run (another task). Query: "In which city was the Ada meeting held?"
+{example}{tips}"""
+
+EXAMPLE = """Example of a whole run (another task). Query: "In which city was the Ada meeting held?"
 Turn 1:
 ```repl
 print(len(context))
@@ -53,7 +57,21 @@ Turn 3:
 ```repl
 FINAL("Lyon")
 ```
-{tips}"""
+"""
+
+# search() is answered on the host (recursa/search_host.py) when the `search` extra is installed
+SEARCH = """- `search(query, k=5)`: the k passages closest to the query by meaning and by \
+words, best first: [{"text", "start", "end", ...}], text being context[start:end]. It finds text \
+worded unlike the query.
+"""
+
+COMBINATORS = """- `llm_map(instruction, items, labels=None, output=None)`: llm_query on every item, in \
+parallel; `labels=[...]` makes each answer one of the labels, `output="number"` a number. \
+`llm_filter(question, items)`: the items answered yes. `llm_reduce(instruction, items)`: one \
+answer from all. `chunk(text)`: pieces that fit one call. `pairs(items, labels, keep=[...])`: \
+pairs of the items whose label is in keep (no model call). `dry_run=True`: calls and tokens, \
+without running.
+"""
 
 FIRST_USER = """Query: {query}
 
@@ -122,17 +140,15 @@ TOOLS_LINE = "- Your sub-models (llm_query, llm_batch) can use these tools, whic
 
 def system_prompt(*, context_type: str, max_output_chars: int, sub_chars: int = 100_000,
                   tips: str | None = None, tool_names: list[str] | None = None,
-                  template: str | None = None) -> str:
+                  template: str | None = None, example: bool = True,
+                  search: bool = False) -> str:
+    """The root's system prompt; `example=False` leaves the worked example out (to ablate it:
+    it was written on dev tasks, and a small model may copy it onto unrelated questions)."""
     tools = TOOLS_LINE.format(names=", ".join(tool_names)) if tool_names else ""
     tips_s = f"\n<tips>\n{tips.strip()}\n</tips>\n" if tips else ""
     return (template or SYSTEM).format(context_type=context_type,
                                        max_output_chars=max_output_chars, sub_chars=sub_chars,
                                        chunk=max(1000, min(20_000, sub_chars // 2)),
-                                       tools=tools, tips=tips_s)
-
-# The SYSTEM prompt's line for the REPL's search() (recursa/search_host.py), to go after the
-# rlm_query line; kept apart so it can be merged with the other prompt changes of issue 20.
-SEARCH_HELPER_LINE = """- `search(query: str, k: int = 5) -> list[dict]`: the k passages of the \
-context closest to the query by meaning and by words, best first: {{"id", "score", "text", \
-"start", "end"}}; the passage is context[start:end], or context[item][start:end] for a list or \
-dict context (its hits carry "item"). Use it to find text worded differently from the query."""
+                                       tools=tools, tips=tips_s, combinators=COMBINATORS,
+                                       search=SEARCH if search else "",
+                                       example=EXAMPLE if example else "")

@@ -45,6 +45,9 @@ class RLM:
     replies to requests seen before come from disk at no cost (docs/cache.md).
     `last_turn_seconds`: the timeout of the one last-answer turn the run gets at a limit
     (default: a quarter of `max_seconds`, within 5-60 s; none without `max_seconds`).
+    `strategy`: "code" (free-form code, the default), "plan" (the root first fills a typed plan
+    the runtime runs with a known bound: recursa.planner) or "auto" (plan for small models).
+    `example=False` leaves the worked example out of the system prompt.
     """
 
     def __init__(self, model: str | ModelClient | None = None,
@@ -68,6 +71,7 @@ class RLM:
                  cache: bool | str | os.PathLike[str] | ResponseCache | None = None,
                  cache_nondeterministic: bool = False,
                  prices: Mapping[str, Any] | None = None, preflight: bool = True,
+                 strategy: str = "code", example: bool = True,
                  **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
@@ -110,6 +114,9 @@ class RLM:
         # response cache (recursa.models.cache): opened now, so a bad path fails here
         from recursa.models.cache import open_cache
         self.cache, self.cache_nondeterministic = open_cache(cache), cache_nondeterministic
+        from recursa.planner import check_strategy
+        self.strategy = check_strategy(strategy)
+        self.example = bool(example)
         # shown under the query in the root's first message (a session's earlier Q&A)
         self.preface: str | None = None
 
@@ -176,7 +183,8 @@ class RLM:
                          system_template=self.system_prompt,
                          sub_context_chars=_context_chars(sub),
                          last_turn_seconds=self.last_turn_seconds, output=spec,
-                         preface=self.preface)
+                         preface=self.preface, example=self.example,
+                         strategy=self.strategy)
             res = await run_loop(env, query, context)
         finally:
             for c in owned:

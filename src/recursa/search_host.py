@@ -31,6 +31,13 @@ _building: dict[str, threading.Lock] = {}
 _cache: OrderedDict[str, Any] = OrderedDict()
 
 
+def available() -> bool:
+    """Whether the `search` extra is installed (found, not imported: wordllama's import
+    configures logging, and the root's prompt only needs to know whether to offer search)."""
+    from importlib.util import find_spec
+    return all(find_spec(m) is not None for m in ("wordllama", "bm25s", "numpy"))
+
+
 def load_payload(payload: ContextPayload) -> Any:
     """The context as the worker sees it, read back from the payload file on the host."""
     with open(payload.path, encoding="utf-8", errors="replace") as f:

@@ -152,7 +152,8 @@ class Sandbox(Protocol):
 
 
 # ---------------------------------------------------------------- events
-EventKind = Literal["run", "turn", "cell", "subcall", "child", "final", "error", "tool"]
+EventKind = Literal["run", "turn", "cell", "subcall", "child", "final", "error", "tool",
+                    "combinator", "plan"]
 
 
 class Event(BaseModel):

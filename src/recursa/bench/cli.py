@@ -158,7 +158,7 @@ def method_configs(a: argparse.Namespace, opts: Any) -> tuple[list[Any], list[st
             subcall_concurrency=opts.subcall_concurrency, client_options=client_options,
             model_options=opts.model_options(), window_tokens=window,
             chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips,
-            cache=opts.cache, worked_example=worked_example))
+            cache=opts.cache, worked_example=worked_example, strategy=opts.strategy))
     return configs, baselines
 
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from recursa.budget import Budget, Ledger
 from recursa.dispatch import Dispatcher
@@ -74,6 +74,14 @@ class MethodConfig(BaseModel):
     tips: str | None = None
     cache: bool | str | None = None       # response cache: True (default file) or a path
     worked_example: bool = True           # rlm / codeact-bm25: False cuts it (the ablation)
+    strategy: Literal["code", "plan", "auto"] = "code"   # rlm only (recursa.planner)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strategy_of_label(cls, data: Any) -> Any:   # method "rlm-plan": rlm in plan mode
+        if isinstance(data, dict) and str(data.get("method", "")).startswith("rlm-"):
+            data = {**data, "method": "rlm", "strategy": data["method"].split("-", 1)[1]}
+        return data
 
     @field_validator("cache", mode="before")
     @classmethod
@@ -82,19 +90,22 @@ class MethodConfig(BaseModel):
 
     @property
     def label(self) -> str:
-        return method_label(self.method, self.depth, self.truncate, self.worked_example)
+        return method_label(self.method, self.depth, self.truncate, self.strategy,
+                            self.worked_example)
 
 
 NO_EXAMPLE = "-noex"
 
 
 def method_label(method: str, depth: int = 1, truncate: bool = False,
-                 worked_example: bool = True) -> str:
-    """The name a method run is filed under: rlm, rlm-d0, rlm-d2, direct, direct-trunc, ...;
-    `-noex` when the system prompt's worked example was cut (rlm-noex, codeact-bm25-noex)."""
+                 strategy: str = "code", worked_example: bool = True) -> str:
+    """The name a method run is filed under: rlm, rlm-d0, rlm-d2, rlm-plan, rlm-d2-auto,
+    direct, direct-trunc, ...; `-noex` when the system prompt's worked example was cut
+    (rlm-noex, rlm-plan-noex, codeact-bm25-noex)."""
     suffix = "" if worked_example else NO_EXAMPLE
-    if method == "rlm" and depth != 1:
-        return f"rlm-d{depth}{suffix}"
+    if method == "rlm" and (depth != 1 or strategy != "code"):
+        return "rlm" + (f"-d{depth}" if depth != 1 else "") + \
+            (f"-{strategy}" if strategy != "code" else "") + suffix
     if method == "direct" and truncate:
         return "direct-trunc"
     return method + suffix
@@ -106,7 +117,7 @@ def split_worked_example(label: str) -> tuple[str, bool]:
     label = label.strip()
     if label.endswith(NO_EXAMPLE):
         base = label[:-len(NO_EXAMPLE)]
-        if base == "codeact-bm25" or re.fullmatch(r"rlm(-d\d+)?", base):
+        if base == "codeact-bm25" or re.fullmatch(r"rlm(-d\d+)?(-plan|-auto)?", base):
             return base, False
         raise ValueError(f"{label!r}: only rlm and codeact-bm25 have a worked example to cut")
     return label, True
@@ -125,6 +136,9 @@ def without_worked_example(system: str) -> str:
 def parse_method(label: str, depth: int = 1, truncate: bool = False) -> tuple[str, int, bool]:
     """Inverse of method_label; a bare `rlm` / `direct` takes the given depth / truncate."""
     label = label.strip()
+    m = re.fullmatch(r"rlm(?:-d(\d+))?-(plan|auto)", label)
+    if m:   # MethodConfig(method="rlm-plan") is rlm with strategy="plan"
+        return f"rlm-{m.group(2)}", int(m.group(1)) if m.group(1) else depth, False
     m = re.fullmatch(r"rlm-d(\d+)", label)
     if m:
         return "rlm", int(m.group(1)), False
@@ -135,7 +149,8 @@ def parse_method(label: str, depth: int = 1, truncate: bool = False) -> tuple[st
         return label, 1, False
     if label not in METHODS:
         raise ValueError(f"unknown method {label!r}; known: {', '.join(METHODS)}, rlm-dN, "
-                         f"direct-trunc, and the baselines {', '.join(BASELINES)}")
+                         "rlm-plan, rlm-auto, rlm-dN-plan, direct-trunc, and the baselines "
+                         f"{', '.join(BASELINES)}")
     return label, depth if label == "rlm" else 1, truncate if label == "direct" else False
 
 
@@ -371,15 +386,13 @@ async def run_rlm(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> 
     if cfg.depth == 0:
         limits["max_subcalls"] = 0   # enforce "no sub-calls", not just ask for it
         system = NO_SUBCALL_SYSTEM
-    if not cfg.worked_example:
-        from recursa import prompts
-        system = without_worked_example(system or prompts.SYSTEM)
     try:
         rlm = RLM(model=root, sub_model=sub, sandbox=cfg.sandbox,
                   max_output_chars=cfg.max_output_chars, concurrency=cfg.subcall_concurrency,
                   trace_path=trace_path, model_options=dict(cfg.model_options),
                   sub_model_options=dict(cfg.model_options), tips=cfg.tips,
-                  system_prompt=system, **limits)
+                  system_prompt=system, strategy=cfg.strategy,
+                  example=cfg.worked_example, **limits)
         return await rlm.acompletion(inst.query, inst.context)
     finally:
         await _close(root, sub)

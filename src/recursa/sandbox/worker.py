@@ -42,6 +42,7 @@ HELPER_NAMES = (
     "llm_query", "llm_batch", "llm_query_batched",
     "rlm_query", "rlm_batch", "rlm_query_batched",
     "FINAL", "FINAL_VAR", "SHOW_VARS", "Image", "list_images", "search",
+    "chunk", "llm_map", "llm_filter", "llm_reduce", "pairs",
 )
 RESERVED_NAMES = frozenset(HELPER_NAMES) | {"context", "answer"}
 
@@ -152,6 +153,12 @@ def _cap_text(text: str, limit: int) -> str:
     return text[:limit] + f"... [truncated, {len(text)} chars in total]"
 
 
+def _tokens(text: str) -> int:
+    # recursa.dispatch.text_tokens: ~4 ASCII characters a token, ~1 token a character otherwise
+    extra = len(text.encode("utf-8", errors="surrogatepass")) - len(text)
+    return (len(text) + 2 * extra + 3) // 4
+
+
 def _safe_repr(value: Any, limit: int) -> str:
     # Avoid building a 40 MB repr only to throw most of it away.
     if isinstance(value, str | bytes | bytearray) and len(value) > limit:
@@ -194,6 +201,11 @@ class Repl:
         h["Image"] = Image
         h["list_images"] = self.list_images
         h["search"] = self.search
+        h["chunk"] = self.chunk
+        h["llm_map"] = self.llm_map
+        h["llm_filter"] = self.llm_filter
+        h["llm_reduce"] = self.llm_reduce
+        h["pairs"] = self.pairs
         # A private builtins dict: if user code deletes a helper from globals, the name still
         # resolves (to the original) through builtins.
         bdict = dict(builtins.__dict__)
@@ -202,6 +214,11 @@ class Repl:
         g["__name__"] = "__main__"
         g["__builtins__"] = bdict
         g.update(h)
+        # modules small models use without importing them (a missing `import re` cost runs)
+        import collections
+        import math
+        import re
+        g.update(re=re, json=json, math=math, collections=collections)
         g["context"] = None
         g["answer"] = {"content": "", "ready": False}
 
@@ -269,6 +286,92 @@ class Repl:
     def rlm_batch(self, prompts: Any, contexts: Any = None, **opts: Any) -> list:
         ctx = None if contexts is None else list(contexts)
         return self._call("rlm_batch", {"prompts": list(prompts), "contexts": ctx, "opts": opts})
+
+    # -- combinators: the host builds prompts and constraints (recursa/combinators.py)
+    def _combinator(self, kind: str, args: dict) -> Any:
+        res = self._call(kind, args)
+        if not isinstance(res, dict):
+            raise RuntimeError(f"{kind}: {res}")
+        if "error" in res:
+            raise ValueError(f"{kind}: {res['error']}")
+        if "estimate" in res:
+            return res["estimate"]
+        if res.get("note"):
+            print(res["note"])
+        return res.get("values")
+
+    def chunk(self, text: Any, size: Any = None, overlap: int = 0) -> list:
+        """`text` cut into pieces of about `size` tokens (default: what fits one sub-call),
+        consecutive pieces sharing `overlap` tokens; cuts fall on line ends where possible."""
+        text = str(text)
+        if size is None:
+            size = int(self._call("leaf_size", {}).get("tokens", 4000) * 0.9)
+        size, overlap = int(size), int(overlap)
+        if size < 16 or not 0 <= overlap < size // 2:
+            raise ValueError("chunk: size must be at least 16 tokens and overlap from 0 to "
+                             "less than half the size")
+        per = len(text) / max(1, _tokens(text))        # characters per token in this text
+        width, back = max(1, int(size * per)), int(overlap * per)
+        out, start = [], 0
+        while start < len(text):
+            end = min(len(text), start + width)
+            if end < len(text):                         # a line end, else a space, near the end
+                cut = text.rfind("\n", start + width * 4 // 5, end)
+                if cut <= start:
+                    cut = text.rfind(" ", start + width * 9 // 10, end)
+                end = cut + 1 if cut > start else end
+            out.append(text[start:end])
+            if end >= len(text):
+                break
+            start = max(start + 1, end - back)
+        return out
+
+    def llm_map(self, instruction: Any, items: Any, labels: Any = None, output: Any = None,
+                dry_run: bool = False, max_tokens: Any = None, model: Any = None) -> Any:
+        """One sub-call per item: `instruction` applied to it. labels=[...] / output='number'
+        etc. type the answers (None where a reply does not fit); dry_run=True returns the
+        number of calls and tokens instead of running."""
+        return self._combinator("llm_map", {
+            "instruction": instruction, "items": list(items), "labels": labels,
+            "output": output, "dry_run": bool(dry_run), "max_tokens": max_tokens,
+            "model": model})
+
+    def llm_filter(self, question: Any, items: Any, dry_run: bool = False,
+                   model: Any = None) -> Any:
+        """The items for which a sub-call answers yes to `question`."""
+        items = list(items)
+        res = self._combinator("llm_filter", {"question": question, "items": items,
+                                              "dry_run": bool(dry_run), "model": model})
+        return res if dry_run else [items[i] for i in res]
+
+    def llm_reduce(self, instruction: Any, items: Any, dry_run: bool = False,
+                   max_tokens: Any = None, model: Any = None) -> Any:
+        """One answer from many items, combined tree-wise in pieces that fit a sub-call."""
+        return self._combinator("llm_reduce", {
+            "instruction": instruction, "items": list(items), "dry_run": bool(dry_run),
+            "max_tokens": max_tokens, "model": model})
+
+    def pairs(self, items: Any, labels: Any = None, keep: Any = None, where: Any = None,
+              limit: int = 1_000_000) -> list:
+        """Unordered pairs (a, b) of items, without a model call: only items whose label (from
+        the parallel list `labels`) is in `keep`, and only pairs where `where(a, b)` is true."""
+        items = list(items)
+        idx = list(range(len(items)))
+        if keep is not None:
+            if labels is None or len(list(labels)) != len(items):
+                raise ValueError("pairs: keep= needs labels=, one label per item")
+            labels = list(labels)
+            wanted = {keep} if isinstance(keep, str) else set(keep)
+            idx = [i for i in idx if labels[i] in wanted]
+        out = []
+        for n, i in enumerate(idx):
+            for j in idx[n + 1:]:
+                if where is None or where(items[i], items[j]):
+                    out.append((items[i], items[j]))
+                    if len(out) > limit:
+                        raise ValueError(f"pairs: more than {limit:,} pairs; narrow them "
+                                         "with keep= or where=")
+        return out
 
     def FINAL(self, text: Any) -> None:  # noqa: N802 - name fixed by the RLM convention
         # Models often write FINAL(answer) with the answer dict itself: commit its content.

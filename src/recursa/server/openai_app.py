@@ -42,6 +42,7 @@ from starlette.types import Receive, Scope, Send
 
 from recursa.budget import Budget
 from recursa.images import Image, ImageError, from_content_part, sniff
+from recursa.planner import STRATEGIES
 from recursa.preflight import PreflightError
 from recursa.rlm import RLM
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
@@ -206,6 +207,7 @@ class ChatRun:
     output: Any = None                       # an OutputSpec from `response_format`, or None
     turn: Turn | None = None                 # what sessions make of it (server/sessions.py)
     session: dict[str, Any] | None = None    # the session it ran in: id, question, reused
+    strategy: str | None = None              # `recursa.strategy`: code | plan | auto
 
 
 def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
@@ -374,6 +376,10 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
             raise RequestError(f"sub_model {sub_model!r} is not allowed on this server; allowed: "
                                f"{', '.join(sorted(allowed)) or '(none)'}",
                                param="recursa.sub_model", code="sub_model_not_allowed")
+    strategy = rec.pop("strategy", None)
+    if strategy is not None and strategy not in STRATEGIES:
+        raise RequestError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}",
+                           param="recursa.strategy")
     limits, clamped = clamp_limits(config.caps(), rec)
     output = _output_spec(body.get("response_format"))
     opts = body.get("stream_options") or {}
@@ -384,7 +390,7 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
                    include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
                    limits=limits, clamped=clamped, sub_model=sub_model,
                    model_name=str(body.get("model") or config.served_model), output=output,
-                   turn=turn)
+                   turn=turn, strategy=strategy)
 
 
 def _output_spec(fmt: Any) -> Any:
@@ -491,6 +497,8 @@ class RunResponse:
                 rlm = factory(self.config, RunSpec(
                     sub_model=self.run.sub_model,
                     on_event=None if self.pool is not None else progress))
+                if self.run.strategy is not None:
+                    rlm.strategy = self.run.strategy
             except PreflightError as e:    # e.g. a cost cap on a model with no price
                 await error_response(400, str(e), code="preflight_failed")(scope, receive, send)
                 return

@@ -1,0 +1,63 @@
+"""Typed leaves and plans with the real local model (Qwen2.5-Coder-1.5B on llama.cpp): the
+constraint holds whatever the model would have said, and a plan comes back valid."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from recursa import RLM
+from recursa.models.fetch import is_fetched
+from recursa.models.replay import ReplayClient
+from recursa.trace import load_events
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+MODEL = "local:qwen2.5-coder-1.5b"
+REVIEWS = [
+    "The battery died after two days and support never answered.",
+    "Works perfectly, I use it every morning.",
+    "Broke the first time I dropped it; waste of money.",
+    "Lovely colour and the sound is great.",
+    "Arrived late, box crushed, one part missing.",
+    "Best purchase this year, my kids adore it.",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def need_model():
+    if not is_fetched("qwen2.5-coder-1.5b"):
+        pytest.fail("the local model is not fetched: run `recursa models fetch "
+                    "qwen2.5-coder-1.5b` (make test does this)")
+
+
+def test_a_label_map_answers_only_from_the_set(tmp_path: Path):
+    """Odd labels a 1.5B would not write by itself ('PLUS' / 'MINUS'): the grammar makes every
+    reply one of them, so no slot is None."""
+    code = ("labels = llm_map('Is this review happy or unhappy? happy is PLUS, unhappy is "
+            "MINUS.', context, labels=['PLUS', 'MINUS'])\nprint(labels)\nFINAL(str(labels))")
+    root = ReplayClient([f"```repl\n{code}\n```"])
+    trace = tmp_path / "t.jsonl"
+    res = RLM(model=root, sub_model=MODEL, max_seconds=240, trace_path=trace,
+              preflight=False).completion("label them", context=REVIEWS)
+    labels = ast.literal_eval(res.answer)     # the list the cell committed
+    assert len(labels) == len(REVIEWS) and set(labels) <= {"PLUS", "MINUS"}
+    responses = [e.data["response"] for e in load_events(trace)
+                 if e.kind == "subcall" and e.phase == "end"]
+    assert all(r.strip() in ('"PLUS"', '"MINUS"') for r in responses), responses
+
+
+def test_the_root_fills_a_valid_plan_and_it_runs(tmp_path: Path):
+    trace = tmp_path / "t.jsonl"
+    res = RLM(model=MODEL, strategy="plan", max_iterations=3, max_seconds=300,
+              model_options={"temperature": 0.0, "max_tokens": 300},
+              trace_path=trace).completion(
+        "How many of these reviews are negative?", context="\n".join(REVIEWS))
+    assert res.status != "error", res.error
+    events = load_events(trace)
+    # the constrained reply always parses as a plan (the model's choice may be any of them)
+    assert not [e for e in events if e.kind == "turn" and e.data.get("plan_error")]
+    for e in events:
+        if e.kind == "plan" and e.phase == "point":
+            assert e.data["bound"]["calls"] >= 1

@@ -1,0 +1,229 @@
+"""The planned mode (RLM(strategy="plan")) with a scripted root and sub-model, real sandboxes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recursa import RLM
+from recursa import planner as pl
+from recursa.bench.methods import MethodConfig, parse_method
+from recursa.models.replay import ReplayClient
+from recursa.options import RLMOptions
+from recursa.prompts import system_prompt
+from recursa.trace import load_events
+
+REVIEWS = "\n".join(f"User {i}: " + ("I love it" if i % 3 else "awful, broken")
+                    for i in range(1, 31))
+
+
+def is_planner(messages) -> bool:
+    return messages[0]["content"].startswith("You plan")
+
+
+def scripted(plan: dict | str, *code_turns: str):
+    """A root that answers the planning call with `plan`, then writes `code_turns`."""
+    state = {"i": 0}
+
+    def respond(messages):
+        if is_planner(messages):
+            return plan if isinstance(plan, str) else json.dumps(plan)
+        reply = code_turns[min(state["i"], len(code_turns) - 1)]
+        state["i"] += 1
+        return f"```repl\n{reply}\n```"
+    return ReplayClient(respond, name="local:fake-root")
+
+
+def sentiment(messages) -> str:
+    return "negative" if "awful" in messages[-1]["content"].split("\n\n---\n")[0] else "positive"
+
+
+def run(root, sub=sentiment, context=REVIEWS, trace: Path | None = None, **kw):
+    sub_client = ReplayClient(sub, name="local:fake-sub")
+    rlm = RLM(model=root, sub_model=sub_client, sandbox="inprocess", strategy="plan",
+              preflight=False, trace_path=trace, **kw)
+    return rlm.completion("How many reviews are negative?", context=context), sub_client
+
+
+def first_code_message(root: ReplayClient) -> str:
+    return next(c for c in root.calls if not is_planner(c))[1]["content"]
+
+
+def test_label_count_plan_runs_with_a_bound_shown_first_and_the_root_answers(tmp_path):
+    root = scripted({"plan": "label_count", "instruction": "Is this review negative?",
+                     "labels": ["positive", "negative"]},
+                    "FINAL(str(label_counts['negative']))")
+    trace = tmp_path / "t.jsonl"
+    res, sub = run(root, trace=trace)
+    assert res.status == "final" and res.answer == "10"
+    assert len(sub.calls) == 30 and res.turns == 2
+    # the planning call was constrained by the plans' schema, inlined (no $ref)
+    opts = root.options[0]
+    assert "$ref" not in json.dumps(opts["json_schema"]) and opts["temperature"] == 0.0
+    msg = first_code_message(root)
+    assert "negative: 10" in msg and "at most 30 sub-calls" in msg
+    evs = load_events(trace)
+    kinds = [(e.kind, e.phase) for e in evs]
+    bound = kinds.index(("plan", "point"))
+    assert bound < kinds.index(("subcall", "start"))          # the bound before any sub-call
+    point = evs[bound]
+    assert point.data["bound"]["calls"] == 30 and point.data["plan_kind"] == "label_count"
+    assert ("plan", "end") in kinds
+
+
+def test_retrieve_read_reads_only_the_relevant_pieces():
+    text = ("filler line about nothing\n" * 300 + "The vault code is 4417.\n" +
+            "more filler here\n" * 300)
+
+    def sub(messages):
+        t = messages[-1]["content"]
+        piece = t.split("\n\n---\n")[0]
+        if "Question about the text above" in t:
+            return "yes" if "vault" in piece else "no"
+        return "4417" if "vault" in piece else "none"
+    root = scripted({"plan": "retrieve_read", "question": "What is the vault code?",
+                     "keywords": []}, "FINAL(plan_answers[0])")
+    sub_client = ReplayClient(sub, name="local:fake-sub")
+    sub_client.context_window = 2048          # several pieces
+    rlm = RLM(model=root, sub_model=sub_client, sandbox="inprocess", strategy="plan",
+              preflight=False)
+    res = rlm.completion("What is the vault code?", context=text)
+    assert res.answer == "4417"
+    filters = [c for c in sub_client.calls if "Question about" in c[-1]["content"]]
+    reads = [c for c in sub_client.calls if "Question about" not in c[-1]["content"]]
+    assert len(filters) >= 3 and len(reads) == 1
+    assert "1 relevant; answers: ['4417']" in first_code_message(root)
+
+
+def test_two_hop_feeds_the_first_answer_into_the_second_question():
+    text = "Ada's manager is Grace.\n" + "x\n" * 50 + "Grace works in Lyon.\n"
+
+    def sub(messages):
+        t = messages[-1]["content"]
+        if "Question about" in t:
+            return "yes"
+        if "Who is Ada's manager" in t:
+            return "Grace"
+        if "Where does Grace work" in t:
+            return "Lyon"
+        return "none"
+    root = scripted({"plan": "two_hop", "first_question": "Who is Ada's manager?",
+                     "second_question": "Where does {answer} work?"}, "FINAL(plan_answers[0])")
+    res, _ = run(root, sub=sub, context=text)
+    assert res.answer == "Lyon"
+    assert "first answer: Grace" in first_code_message(root)
+
+
+def test_pairs_plan_pairs_ids_by_code():
+    root = scripted({"plan": "pairs", "instruction": "Is this review negative?",
+                     "labels": ["positive", "negative"], "keep": ["negative"],
+                     "id_prefix": "User"}, "FINAL(str(len(plan_pairs)))")
+    res, _ = run(root)
+    assert res.answer == "45"                      # 10 negative users: 10 * 9 / 2
+    assert "('3', '6')" in first_code_message(root)
+
+
+@pytest.mark.parametrize("reply, why", [
+    ("I would search for it.", "not a valid plan"),
+    ('{"plan": "label_count", "instruction": "x", "labels": ["only one"]}', "not a valid plan"),
+])
+def test_a_bad_plan_falls_back_to_code_saying_so(reply, why):
+    root = scripted(reply, "FINAL(str(len(context.splitlines())))")
+    res, sub = run(root)
+    assert res.answer == "30" and sub.calls == []
+    assert why in first_code_message(root)
+
+
+def test_the_code_plan_and_a_plan_over_budget_leave_the_code_mode_as_it_was():
+    root = scripted({"plan": "code"}, "FINAL(str(len(context.splitlines())))")
+    res, sub = run(root)
+    assert res.answer == "30" and "plan" not in first_code_message(root).lower()
+    root = scripted({"plan": "label_count", "instruction": "Negative?",
+                     "labels": ["positive", "negative"]}, "FINAL('x')")
+    res, sub = run(root, max_subcalls=5)
+    assert sub.calls == []
+    assert "its bound of 30 sub-calls is over the budget" in first_code_message(root)
+
+
+def test_plan_schema_accepts_every_plan_and_parse_reads_wrapped_replies():
+    import jsonschema
+    schema = pl.plan_schema()
+    for plan in ({"plan": "code"}, {"plan": "two_hop", "first_question": "a",
+                                    "second_question": "b {answer}"}):
+        jsonschema.validate(plan, schema)
+        assert pl.parse(json.dumps({"choice": plan})).plan == plan["plan"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"plan": "label_count", "instruction": "x", "labels": []}, schema)
+
+
+def test_auto_picks_plan_for_small_models_only():
+    class Env:
+        strategy = "auto"
+
+        def __init__(self, name):
+            self.root_client = ReplayClient([], name=name)
+    assert pl.choose(Env("local:qwen2.5-coder-1.5b")) == "plan"
+    assert pl.choose(Env("openai:qwen2.5-7b-instruct")) == "plan"
+    assert pl.choose(Env("openai:gpt-5")) == "code"
+    assert pl.choose(Env("openai:llama-70b")) == "code"
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        RLM(model=ReplayClient([]), strategy="planned")
+
+
+def test_strategy_reaches_the_cli_options_and_the_bench_label():
+    assert RLMOptions(model="replay:", strategy="plan").rlm_kwargs()["strategy"] == "plan"
+    name, depth, _ = parse_method("rlm-d2-plan")
+    cfg = MethodConfig(method=name, depth=depth, model="replay:")
+    assert (cfg.method, cfg.strategy, cfg.label) == ("rlm", "plan", "rlm-d2-plan")
+    cfg = MethodConfig(method="rlm", strategy="auto", model="replay:")
+    assert cfg.label == "rlm-auto"
+    assert MethodConfig(method="rlm", model="replay:").label == "rlm"
+
+
+def test_the_worked_example_is_optional_and_plain_questions_are_named():
+    with_ex = system_prompt(context_type="str", max_output_chars=8192)
+    without = system_prompt(context_type="str", max_output_chars=8192, example=False)
+    assert "Ada meeting" in with_ex and "Ada meeting" not in without
+    for p in (with_ex, without):
+        assert "len(context.splitlines())" in p and "llm_map(" in p and "pairs(" in p
+
+
+def test_plain_line_count_without_importing_re():
+    """The issue's failure: `re` was not imported and the count was off by a trailing newline."""
+    root = ReplayClient(['```repl\nn = len(re.findall("\\n", context))\nprint(n)\n```',
+                         "```repl\nFINAL(str(len(context.splitlines())))\n```"])
+    res = RLM(model=root, sandbox="inprocess", example=False,
+              preflight=False).completion("How many lines does the context have?",
+                                          context="a\n" * 1200)
+    assert res.answer == "1200"
+    assert "1200" in root.calls[1][-1]["content"]
+    assert "Ada meeting" not in root.calls[0][0]["content"]
+
+
+def test_the_plan_leaves_its_results_but_not_its_helpers_in_the_repl():
+    root = scripted({"plan": "label_count", "instruction": "Negative?",
+                     "labels": ["positive", "negative"]}, "SHOW_VARS()", "FINAL('x')")
+    run(root)
+    shown = [c for c in root.calls if not is_planner(c)][1][-1]["content"]
+    assert "label_counts: Counter" in shown and "records: list" in shown
+    assert "_plan" not in shown and "plan_bound" not in shown
+
+
+def test_the_live_view_shows_the_bound_before_the_plan_runs():
+    import io
+
+    from rich.console import Console
+
+    from recursa.console import ConsoleView
+    from recursa.types import Event
+    buf = io.StringIO()
+    view = ConsoleView(Console(file=buf, width=120))
+    try:
+        view.emit(Event(kind="plan", id="p1", phase="point", data={
+            "plan_kind": "label_count", "bound": {"calls": 30, "tokens": 1240,
+                                                  "cost_usd": 0.0012}}))
+    finally:
+        view.close()
+    assert "plan label_count: at most 30 sub-calls, 1,240 tokens, $0.0012" in buf.getvalue()
