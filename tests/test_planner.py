@@ -73,7 +73,7 @@ def test_label_count_plan_runs_with_a_bound_shown_first_and_the_root_answers(tmp
     assert ("plan", "end") in kinds
 
 
-def test_retrieve_read_reads_only_the_relevant_pieces():
+def _vault_run(monkeypatch=None):
     text = ("filler line about nothing\n" * 300 + "The vault code is 4417.\n" +
             "more filler here\n" * 300)
 
@@ -93,8 +93,27 @@ def test_retrieve_read_reads_only_the_relevant_pieces():
     assert res.answer == "4417"
     filters = [c for c in sub_client.calls if "Question about" in c[-1]["content"]]
     reads = [c for c in sub_client.calls if "Question about" not in c[-1]["content"]]
+    return root, filters, reads
+
+
+def test_retrieve_read_without_search_filters_chunks_then_reads_the_relevant_ones(monkeypatch):
+    from recursa import search_host
+
+    async def no_search(payload, args):
+        raise RuntimeError("search is not installed")
+    monkeypatch.setattr(search_host, "search", no_search)
+    root, filters, reads = _vault_run()
     assert len(filters) >= 3 and len(reads) == 1
-    assert "1 relevant; answers: ['4417']" in first_code_message(root)
+    assert "1 read; answers: ['4417']" in first_code_message(root)
+
+
+@pytest.mark.skipif(not __import__("recursa.search_host").search_host.available(),
+                    reason="the search extra is not installed")
+def test_retrieve_read_with_search_reads_only_the_searched_passages():
+    root, filters, reads = _vault_run()
+    assert not filters and 1 <= len(reads) <= 16     # k=8 windows, merged, cut to fit a leaf
+    assert "found by search()" in first_code_message(root)
+    assert "answers: ['4417']" in first_code_message(root)
 
 
 def test_two_hop_feeds_the_first_answer_into_the_second_question():

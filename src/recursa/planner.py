@@ -87,8 +87,9 @@ from its results.
 Plans (reply with one JSON object):
 - {{"plan": "retrieve_read", "question": "...", "keywords": [...]}}: find the pieces of the \
 context that answer `question` (a full question, in the query's words) and read them. \
-`keywords`: words the answer's passage surely contains, or [] when unsure (then every piece is \
-checked, which is slower but finds passages worded differently from the query).
+`keywords`: 2-5 plain words or short phrases the passage itself probably uses for what the \
+question is about, which need not be the query's own words (for "the lights went out": \
+"power", "outage"), or [] when unsure.
 - {{"plan": "label_count", "instruction": "...", "labels": [...]}}: give every record (line or \
 entry) one label from `labels`, answering `instruction` (e.g. "What is the sentiment of this \
 review?"), then count the labels with code. For how many / which is most or least common / \
@@ -222,24 +223,52 @@ def _plan_add(*bounds):
             else out["cost_usd"] + b["cost_usd"]
     return out
 
+def _plan_searched(question, keywords, k=4, before=300, after=1500):
+    # the passages search() ranks first by meaning and words (for the keywords, the words the
+    # text itself may use, when given), each widened (a passage often starts a section whose
+    # facts come later); None without search
+    try:
+        hits = search(" ".join(keywords) if keywords else question, k=k)
+    except Exception:
+        return None
+    spans = {}
+    for h in hits:
+        key = h.get("item")
+        spans.setdefault(key, []).append((max(0, h["start"] - before), h["end"] + after))
+    out = []
+    for key, ranges in spans.items():
+        text = context if key is None else _plan_text(context[key])
+        for a, b in sorted(ranges):   # overlapping windows merged, in text order
+            if out and out[-1][0] == key and a <= out[-1][2]:
+                out[-1][2] = max(out[-1][2], b)
+            else:
+                out.append([key, a, b])
+    windows = [(context if key is None else _plan_text(context[key]))[a:b] for key, a, b in out]
+    return [p for w in windows for p in chunk(w)]      # each piece fits one sub-call
+
 def _plan_candidates(question, keywords):
+    found = _plan_searched(question, keywords)
+    if found:
+        return found, True
     pieces = chunk(_plan_text(context))
     if keywords:
         hit = [p for p in pieces if any(re.search(re.escape(k), p, re.I) for k in keywords)]
         pieces = hit or pieces
-    return pieces
+    return pieces, False
 
 _PLAN_READ = " Answer from the text above in a few words, or reply 'none' if it does not say."
 
 def _plan_retrieve(question, keywords, dry):
-    cand = _plan_candidates(question, keywords)
+    cand, searched = _plan_candidates(question, keywords)
+    # searched passages are few and short: read each once; whole chunks are filtered first
     if dry:
-        return _plan_add(llm_filter(question, cand, dry_run=True),
-                         llm_map(question + _PLAN_READ, cand, dry_run=True))
-    hits = llm_filter(question, cand)
+        reads = llm_map(question + _PLAN_READ, cand, dry_run=True)
+        return reads if searched else _plan_add(llm_filter(question, cand, dry_run=True), reads)
+    hits = cand if searched else llm_filter(question, cand)
     answers = llm_map(question + _PLAN_READ, hits) if hits else []
     found = [a for a in answers if a and a.strip(" .'\\"").lower() != "none"]
-    print(f"{len(cand)} pieces checked, {len(hits)} relevant; answers: {found}")
+    how = "found by search()" if searched else "checked"
+    print(f"{len(cand)} pieces {how}, {len(hits)} read; answers: {found}")
     return found
 '''
 
