@@ -340,11 +340,19 @@ def test_the_zygote_tests_pass_as_an_unprivileged_user(tmp_path):
     if why:
         pytest.skip(f"cannot run as an unprivileged user: {why}")
     here = Path(__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": f"{here.parent / 'src'}:{here}"}
+    # what the run needs of the checkout, reachable for that uid wherever the checkout lives
+    # (a 0700 directory, a path with spaces): the sources, the tests, the pytest settings
+    needs = [here.parent / "src", here, here.parent / "pyproject.toml"]
+    bad = sandbox_asuser.unreadable(needs)
+    if bad:
+        pytest.skip(f"{bad} is not readable by other users (a checkout made under umask 077?), "
+                    "so the unprivileged uid cannot run the tests from it")
+    env = {**os.environ, "PYTHONPATH": f"{here.parent / 'src'}{os.pathsep}{here}"}
     cmd = sandbox_asuser.command([
         sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", "-m", "",
         "-k", "not unprivileged_user",
-        str(here / "test_sandbox_zygote.py"), str(here / "test_sandbox_isolation.py")])
+        str(here / "test_sandbox_zygote.py"), str(here / "test_sandbox_isolation.py")],
+        expose=needs)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
                          cwd=str(here.parent))
     tail = out.stdout[-4000:] + out.stderr[-2000:]
