@@ -24,7 +24,6 @@ from recursa.envs.rollout import (
     run_rollout_spec,
 )
 
-TESTS = Path(__file__).parent
 COPY = "```repl\nanswer['content'] = context\nanswer['ready'] = True\n```"
 # timing and file locations differ between two runs; everything else must not
 VOLATILE = {"elapsed_s", "trace_path"}

@@ -29,7 +29,6 @@ from recursa.bench.runner import (  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).parent
 RESPONDER = "test_bench_methods:sniah_model"
 
 
