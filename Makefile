@@ -1,48 +1,81 @@
-# Two commands matter: `make demo` and `make test`. Both work on a fresh machine.
+# Two commands matter: `make demo` and `make test`. Both work on a fresh machine, in a checkout
+# anywhere (a 0700 directory, a path with spaces). Each prints how long its phases took.
+SHELL  := /bin/bash
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# `make demo` installs only what the demo needs; `make test` everything the tests use
+DEMO_EXTRAS := demo
 EXTRAS ?= local,dev,bench,ray,verifiers,serve,otel,search
+TIMES  := $(VENV)/phase-times
 
-.PHONY: install system model demo test test-fast lint bench clean
+.PHONY: install install-demo system system-demo runtime model model-demo demo test test-fast \
+        lint bench clean
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[$(EXTRAS)]'
-	@touch $@
-
-install: system $(STAMP)
+# $(call timed,PHASE,COMMAND): run COMMAND; append PHASE's wall and CPU time (its own and its
+# children's) to $(TIMES), which `make demo` and `make test` print at the end.
+timed = { TIMEFORMAT='  $(1): %0R s wall, %0U s user + %0S s sys CPU'; \
+          time { $(2); } 2>&3; } 3>&2 2>>$(TIMES)
+show_times = echo "phases (load average at the end: $$(cut -d' ' -f1-3 /proc/loadavg)):"; \
+             cat $(TIMES); rm -f $(TIMES)
 
 # bubblewrap isolates the sandbox (without it recursa runs with resource limits only and says so);
-# chromium + chromedriver let the tests open the trace viewer in a real browser; g++ builds the
-# local llama.cpp runtime; qemu-user lets the tests run it on an emulated CPU without AVX-512/AMX.
-SYSTEM_PKGS := bubblewrap chromium chromium-driver g++ qemu-user
-system:
-	@missing=""; for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# g++ builds the local llama.cpp runtime. For the tests only: chromium + chromium-driver open the
+# trace viewer in a real browser, qemu-user runs the runtime on an emulated CPU without
+# AVX-512/AMX.
+DEMO_PKGS := bubblewrap g++
+TEST_PKGS := $(DEMO_PKGS) chromium chromium-driver qemu-user
+apt_install = missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else echo "note: missing system packages:$$missing (sudo apt-get install$$missing)"; fi; \
 	fi
 
-# The local runtime (llama.cpp's server, built once for a portable CPU profile, about 5.5 minutes on
-# 2 cores) and the models: the default 1.5B, and the tiny one the portability test emulates.
-model: install
-	$(BIN)/recursa runtime build
-	$(BIN)/recursa models fetch qwen2.5-coder-1.5b
-	$(BIN)/recursa models fetch smollm2-135m
-	$(BIN)/recursa runtime check --model smollm2-135m   # a 2-token generation on this CPU
+system-demo:
+	@mkdir -p $(VENV) && : > $(TIMES)
+	@$(call timed,system packages,$(call apt_install,$(DEMO_PKGS)))
+system:
+	@mkdir -p $(VENV) && : > $(TIMES)
+	@$(call timed,system packages,$(call apt_install,$(TEST_PKGS)))
 
-demo: model
-	$(BIN)/python examples/demo.py
+pip_install = test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
+	$(BIN)/python -m pip install -q --upgrade pip && $(BIN)/python -m pip install -q -e '.[$(1)]'
+$(VENV)/.installed-demo: pyproject.toml
+	@$(call timed,pip install .[$(DEMO_EXTRAS)],$(call pip_install,$(DEMO_EXTRAS)))
+	@touch $@
+$(VENV)/.installed: pyproject.toml
+	@$(call timed,pip install .[$(EXTRAS)],$(call pip_install,$(EXTRAS)))
+	@touch $@
+
+install-demo: system-demo $(VENV)/.installed-demo
+install: system $(VENV)/.installed
+
+# The local runtime (llama.cpp's server, compiled once into ~/.cache/recursa for a portable CPU
+# profile: minutes of CPU on 2 cores) and the models (downloads), at the same time.
+# $(call build_and_fetch,MODELS): both in parallel, each timed; fails if either failed.
+build_and_fetch = $(call timed,runtime build,$(BIN)/recursa runtime build) & build=$$!; \
+	$(call timed,model fetch,$(foreach m,$(1),$(BIN)/recursa models fetch $(m) &&) true) & \
+	fetch=$$!; wait $$build; b=$$?; wait $$fetch; f=$$?; [ $$b = 0 ] && [ $$f = 0 ]
+model-demo: install-demo
+	@$(call timed,runtime build | model fetch,$(call build_and_fetch,qwen2.5-coder-1.5b))
+# for the tests: the default 1.5B, and the tiny one the portability test emulates
+model: install
+	@$(call timed,runtime build | model fetch,\
+	  $(call build_and_fetch,qwen2.5-coder-1.5b smollm2-135m))
+	@$(call timed,runtime check,$(BIN)/recursa runtime check --model smollm2-135m)  # 2 tokens on this CPU
+
+demo: model-demo
+	@$(call timed,demo,$(BIN)/python examples/demo.py)
+	@$(show_times)
 
 lint: install
-	$(BIN)/ruff check src tests $(wildcard benchmarks examples)
-	$(BIN)/mypy
+	@$(call timed,lint,$(BIN)/ruff check src tests $(wildcard benchmarks examples) && $(BIN)/mypy)
 
+# --durations: the slowest tests, to keep the whole run under 15 minutes (README)
 test: model lint
-	$(BIN)/python -m pytest -m "" -q -p no:cacheprovider
+	@$(call timed,tests,$(BIN)/python -m pytest -m "" -q -p no:cacheprovider --durations=15)
+	@$(show_times)
 
 test-fast: install
 	$(BIN)/python -m pytest -q

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from _common import RECURSA_PYTHON, Server, driver_main, run_driver  # noqa: E402
+from _common import BENCH_DIR, RECURSA_PYTHON, REPO, Server, driver_main, run_driver  # noqa: E402
 
 import sandbox_asuser  # noqa: E402
 
@@ -282,7 +282,8 @@ def _as_user() -> tuple[str, Any]:
     wrapper = os.path.join(d, "python")
     with open(wrapper, "w") as f:
         f.write("#!/bin/sh\nexec " + " ".join(shlex.quote(x) for x in
-                                            sandbox_asuser.command([RECURSA_PYTHON])) + ' "$@"\n')
+                                            sandbox_asuser.command([RECURSA_PYTHON], expose=[
+                                                REPO / "src", BENCH_DIR])) + ' "$@"\n')
     os.chmod(wrapper, 0o755)
 
     @contextlib.contextmanager

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ray_local import local_runtime_env
 from recursa.cli import main
 from recursa.envs.rollout import (
     LocalRolloutExecutor,
@@ -23,7 +24,6 @@ from recursa.envs.rollout import (
     run_rollout_spec,
 )
 
-TESTS = Path(__file__).parent
 COPY = "```repl\nanswer['content'] = context\nanswer['ready'] = True\n```"
 # timing and file locations differ between two runs; everything else must not
 VOLATILE = {"elapsed_s", "trace_path"}
@@ -93,9 +93,8 @@ def test_local_resume_skips_done_keys_and_retries_errors(tmp_path: Path) -> None
 def local_ray() -> Any:
     ray = pytest.importorskip("ray", reason="the ray extra is not installed")
     # workers import the scripted responder (`copy_script`) from tests/
-    path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
+             runtime_env=local_runtime_env())
     yield ray
     ray.shutdown()
 
@@ -156,9 +155,8 @@ def test_a_dead_ray_task_is_an_error_rollout_and_retry_redoes_it(local_ray: Any,
         fn=crash_on_seed_1, on_error=failed_rollout), **kw)
     assert [(r.seed, r.status) for r in rs] == [(0, "final"), (1, "error"), (2, "final")]
     assert "ray task failed" in (rs[1].error or "") and rs[1].reward == 0.0
-    ex = RayExecutor(fn=crash_on_seed_1, on_error=failed_rollout, runtime_env={"env_vars": {
-        "RECURSA_TEST_NO_CRASH": "1",
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}})
+    ex = RayExecutor(fn=crash_on_seed_1, on_error=failed_rollout, runtime_env=local_runtime_env(
+        RECURSA_TEST_NO_CRASH="1"))
     rs = run_ablation("verbatim_copy", ["rlm"], 3, executor=ex, retry_errors=True, **kw)
     assert [(r.seed, r.reward) for r in rs] == [(0, 1.0), (1, 1.0), (2, 1.0)]
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from ray_local import local_runtime_env
+
 ray = pytest.importorskip("ray", reason="the ray extra is not installed")
 
 from recursa.bench.executors import RayExecutor, executor_from_args  # noqa: E402
@@ -27,7 +29,6 @@ from recursa.bench.runner import (  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).parent
 RESPONDER = "test_bench_methods:sniah_model"
 
 
@@ -44,9 +45,8 @@ def configs(*methods: str) -> list[MethodConfig]:
 @pytest.fixture(scope="module")
 def local_ray() -> Any:
     # Workers import the scripted responder and this module's task functions from tests/.
-    path = os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]).strip(os.pathsep)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
+             runtime_env=local_runtime_env())
     yield ray
     ray.shutdown()
 
@@ -117,9 +117,8 @@ def test_a_dead_task_is_an_error_row_and_retry_redoes_it(local_ray: Any,
     assert rows[1]["method"] == "direct" and rows[1]["key"] == specs[1]["key"]
     assert rows[0]["score"] == rows[2]["score"] == 1.0
     json.dumps(rows[1])
-    ex = RayExecutor(fn=crash_on_seed_1, runtime_env={"env_vars": {
-        "RECURSA_TEST_NO_CRASH": "1",
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}})
+    ex = RayExecutor(fn=crash_on_seed_1, runtime_env=local_runtime_env(
+        RECURSA_TEST_NO_CRASH="1"))
     s = run_bench(specs, tmp_path, executor=ex, retry_errors=True, progress=False)
     assert s["ran"] == 1 and s["errors"] == 0
     assert {r["seed"]: r for r in load_rows(tmp_path)}[1]["score"] == 1.0

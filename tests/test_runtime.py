@@ -8,12 +8,16 @@ would catch a build that uses instructions the user's CPU or OS lacks, whatever 
 
 from __future__ import annotations
 
+import http.server
+import io
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tarfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -60,6 +64,103 @@ def test_bad_profile_and_bad_binary_are_clear_errors(monkeypatch, tmp_path):
     monkeypatch.setenv(runtime.ENV_DIR, str(tmp_path / "empty"))
     with pytest.raises(runtime.RuntimeError_, match="recursa runtime build"):
         runtime.find_server(build=False)
+
+
+# ------------------------------------------------------------------ the sources
+def _tampered_sdist(marker: Path) -> bytes:
+    """A tarball named like the pinned sdist whose every way to run code leaves `marker`: the
+    in-tree build backend that `pip download` would run, and the vendored CMakeLists.txt."""
+    top = "llama_cpp_python-0.3.36/"
+    files = {
+        "PKG-INFO": "Metadata-Version: 2.1\nName: llama_cpp_python\nVersion: 0.3.36\n",
+        "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                          'backend-path = ["."]\n',
+        "backend.py": f"open({str(marker)!r}, 'w').write('the build backend ran')\n",
+        "vendor/llama.cpp/CMakeLists.txt": "cmake_minimum_required(VERSION 3.14)\n"
+                                           "project(tampered NONE)\n"
+                                           f'file(WRITE "{marker}" "cmake ran")\n',
+    }
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(top + name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    """A package index with the simple API (JSON or HTML page) serving one tarball."""
+    tarball = b""
+    json_page = True
+    served: list[str] = []
+
+    def do_GET(self) -> None:
+        type(self).served.append(self.path)
+        if self.path == f"/simple/{runtime.SDIST_NAME}/":
+            files = [{"filename": runtime.SDIST_FILE, "url": f"/files/{runtime.SDIST_FILE}",
+                      "hashes": {}}]
+            if self.json_page:
+                body, ctype = json.dumps({"files": files}).encode(), \
+                    "application/vnd.pypi.simple.v1+json"
+            else:
+                body = (f'<a href="../../files/{runtime.SDIST_FILE}#sha256=00">'
+                        f"{runtime.SDIST_FILE}</a>").encode()
+                ctype = "text/html"
+        elif self.path == f"/files/{runtime.SDIST_FILE}":
+            body, ctype = self.tarball, "application/gzip"
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize("source", ["index-json", "index-html", "local-copy"])
+def test_a_tampered_sdist_is_refused_before_anything_in_it_runs(source, tmp_path, monkeypatch):
+    marker = tmp_path / "ran"
+    tarball = _tampered_sdist(marker)
+    monkeypatch.setenv(runtime.ENV_DIR, str(tmp_path / "runtime"))
+    monkeypatch.setenv("CXX", shutil.which("true") or "/bin/true")  # no compiler is reached
+    kw: dict[str, object] = {}
+    server = None
+    if source == "local-copy":
+        kw["sdist"] = tmp_path / runtime.SDIST_FILE
+        kw["sdist"].write_bytes(tarball)
+    else:
+        handler = type("Index", (_Index,), {"tarball": tarball, "served": [],
+                                            "json_page": source == "index-json"})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        monkeypatch.setenv(runtime.ENV_INDEX, f"http://127.0.0.1:{server.server_port}/simple")
+    try:
+        with pytest.raises(runtime.RuntimeError_, match="does not match the pinned"):
+            runtime.build_server("x86-64-v2", **kw)  # type: ignore[arg-type]
+    finally:
+        if server:
+            server.shutdown()
+            server.server_close()
+    assert not marker.exists(), marker.read_text()
+    assert not runtime.is_built("x86-64-v2")
+    if server:   # the refusal came from the served bytes, fetched whole
+        assert handler.served == [f"/simple/{runtime.SDIST_NAME}/",
+                                  f"/files/{runtime.SDIST_FILE}"]
+
+
+@pytest.mark.slow
+def test_the_pinned_sdist_downloads_from_pypi_and_matches(tmp_path, monkeypatch):
+    monkeypatch.delenv(runtime.ENV_INDEX, raising=False)
+    said: list[str] = []
+    got = runtime._download_sdist(tmp_path, said.append)
+    assert got.stat().st_size == runtime.SDIST_SIZE
+    assert "pypi.org" in said[0]
 
 
 # ------------------------------------------------------------------ emulated CPU

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -89,13 +87,9 @@ def test_frames_and_idle_limits_hold_as_an_unprivileged_user(tmp_path):
     if why:
         pytest.skip(f"cannot run as an unprivileged user: {why}")
     here = Path(__file__).resolve().parent
-    env = {**os.environ, "PYTHONPATH": f"{here.parent / 'src'}:{here}"}
-    cmd = sandbox_asuser.command([
-        sys.executable, "-m", "pytest", "-v", "-rs", "-p", "no:cacheprovider", "-m", "",
-        "-k", "not unprivileged_user",
-        str(here / "test_sandbox_idle_limits.py"), str(here / "test_sandbox_frames.py")])
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600,
-                         cwd=str(here.parent))
+    out = sandbox_asuser.run_pytest(
+        [str(here / "test_sandbox_idle_limits.py"), str(here / "test_sandbox_frames.py")],
+        "not unprivileged_user")
     tail = out.stdout[-4000:] + out.stderr[-2000:]
     assert out.returncode == 0, tail
     for name in ("test_the_disk_cap_holds_between_cells",

@@ -223,21 +223,33 @@ def _plan_add(*bounds):
             else out["cost_usd"] + b["cost_usd"]
     return out
 
-def _plan_searched(question, keywords, k=4, before=300, after=1500):
-    # the passages search() ranks first by meaning and words (for the keywords, the words the
-    # text itself may use, when given), each widened (a passage often starts a section whose
-    # facts come later); None without search
+_PLAN_GUESS = ("Write one short sentence, in plain everyday words, that a document answering "
+               "this question might contain (invent the details): ")
+_PLAN_K, _PLAN_BEFORE, _PLAN_AFTER = 6, 300, 1500
+
+def _plan_can_search():
     try:
-        hits = search(" ".join(keywords) if keywords else question, k=k)
+        search("probe", k=1)       # no model call; fails without the search extra
+        return True
     except Exception:
-        return None
+        return False
+
+def _plan_searched(question, keywords):
+    # the passages search() ranks first for a sentence the sub-model writes as a made-up answer
+    # (HyDE: an answer's words are closer to the passage's than the question's are) and the
+    # keywords the question does not already say; each widened, since a passage often starts a
+    # section whose facts come later
+    guess = llm_query(_PLAN_GUESS + question, max_tokens=60)
+    guess = "" if guess.startswith("Error:") else guess
+    new = [w for w in keywords if w.lower() not in question.lower()]
+    hits = search(" ".join([guess, *new]).strip() or question, k=_PLAN_K)
     spans = {}
     for h in hits:
         key = h.get("item")
-        spans.setdefault(key, []).append((max(0, h["start"] - before), h["end"] + after))
+        spans.setdefault(key, []).append((max(0, h["start"] - _PLAN_BEFORE),
+                                          h["end"] + _PLAN_AFTER))
     out = []
     for key, ranges in spans.items():
-        text = context if key is None else _plan_text(context[key])
         for a, b in sorted(ranges):   # overlapping windows merged, in text order
             if out and out[-1][0] == key and a <= out[-1][2]:
                 out[-1][2] = max(out[-1][2], b)
@@ -246,24 +258,28 @@ def _plan_searched(question, keywords, k=4, before=300, after=1500):
     windows = [(context if key is None else _plan_text(context[key]))[a:b] for key, a, b in out]
     return [p for w in windows for p in chunk(w)]      # each piece fits one sub-call
 
-def _plan_candidates(question, keywords):
-    found = _plan_searched(question, keywords)
-    if found:
-        return found, True
+def _plan_chunks(keywords):
     pieces = chunk(_plan_text(context))
     if keywords:
         hit = [p for p in pieces if any(re.search(re.escape(k), p, re.I) for k in keywords)]
         pieces = hit or pieces
-    return pieces, False
+    return pieces
 
 _PLAN_READ = " Answer from the text above in a few words, or reply 'none' if it does not say."
 
 def _plan_retrieve(question, keywords, dry):
-    cand, searched = _plan_candidates(question, keywords)
-    # searched passages are few and short: read each once; whole chunks are filtered first
+    # with search(): a made-up answer, a search, and one read of each hit; without: every
+    # chunk (or those holding a keyword) filtered by the question, then the relevant ones read
+    searched = _plan_can_search()
     if dry:
-        reads = llm_map(question + _PLAN_READ, cand, dry_run=True)
-        return reads if searched else _plan_add(llm_filter(question, cand, dry_run=True), reads)
+        if searched:
+            window = "x" * (_PLAN_BEFORE + _PLAN_AFTER + 1200)      # a widened passage, at most
+            return _plan_add(llm_map(_PLAN_GUESS, [question], dry_run=True, max_tokens=60),
+                             llm_map(question + _PLAN_READ, [window] * _PLAN_K, dry_run=True))
+        cand = _plan_chunks(keywords)
+        return _plan_add(llm_filter(question, cand, dry_run=True),
+                         llm_map(question + _PLAN_READ, cand, dry_run=True))
+    cand = _plan_searched(question, keywords) if searched else _plan_chunks(keywords)
     hits = cand if searched else llm_filter(question, cand)
     answers = llm_map(question + _PLAN_READ, hits) if hits else []
     found = [a for a in answers if a and a.strip(" .'\\"").lower() != "none"]

@@ -4,10 +4,12 @@ Why a build of our own, and not the `llama-cpp-python` wheel: that wheel is buil
 with the build machine's native CPU flags, and pip caches it by the sdist alone, so a wheel built
 where AVX-512 or AMX works is reused where the CPU advertises them but the OS or hypervisor does
 not enable them, and the model dies with SIGILL. Here the sources are the llama.cpp tree vendored
-in the pinned `llama-cpp-python` sdist (downloaded with pip, SHA-256 checked, never built or
-imported as a package); they are compiled once per user into the recursa cache with an explicit
-instruction-set profile and no `-march=native`, and the result is keyed by source hash and
-profile, so no cache can hand a binary built for another CPU to this one.
+in the pinned `llama-cpp-python` sdist (fetched over HTTP from the package index and SHA-256
+checked before anything reads it; pip never handles it, since `pip download` of an sdist runs
+its build backend, and it is never built or imported as a package); they are compiled once per
+user into the recursa cache with an explicit instruction-set profile and no `-march=native`, and
+the result is keyed by source hash and profile, so no cache can hand a binary built for another
+CPU to this one.
 
 Profiles (x86-64): `x86-64-v3` (Haswell and later: AVX2, FMA, F16C, BMI2; the default where the
 CPU has those), `x86-64-v2` (SSE4.2 only). AVX-512 and AMX are never used: llama.cpp's run-time
@@ -20,10 +22,12 @@ The model runs in that server process, outside the host (see `llama_server.py`).
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -32,8 +36,10 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urljoin
 
 from ..types import RecursaError
+from ._http import httpx
 from .fetch import file_lock, sha256_file
 
 log = logging.getLogger("recursa.models")
@@ -43,6 +49,9 @@ SDIST_NAME = "llama-cpp-python"
 SDIST_VERSION = "0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+SDIST_SIZE = 76_589_250
+INDEX_URL = "https://pypi.org/simple"   # PEP 503/691 simple API; $PIP_INDEX_URL for a mirror
+ENV_INDEX = "PIP_INDEX_URL"
 VENDOR_PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
 
 BINARY = "llama-server"
@@ -148,23 +157,60 @@ def _tool(name: str) -> str | None:
     return str(here) if here.is_file() else shutil.which(name)
 
 
+def _sdist_url(client: httpx.Client, index: str) -> str:
+    """The pinned sdist's download URL, from the index's simple API page for the project (its
+    JSON form where the index has one, else the HTML one)."""
+    page = f"{index.rstrip('/')}/{SDIST_NAME}/"
+    r = client.get(page, headers={"Accept": "application/vnd.pypi.simple.v1+json, "
+                                            "text/html;q=0.1"})
+    r.raise_for_status()
+    if "json" in r.headers.get("content-type", ""):
+        links = [str(f.get("url", "")) for f in r.json().get("files", [])
+                 if f.get("filename") == SDIST_FILE]
+    else:
+        links = [html.unescape(h) for h in re.findall(r'href="([^"]+)"', r.text)]
+    for link in links:
+        url = urljoin(str(r.url), link.split("#", 1)[0])
+        if url.rsplit("/", 1)[-1] == SDIST_FILE:
+            return url
+    raise RuntimeError_(f"{page} lists no {SDIST_FILE}")
+
+
 def _download_sdist(dest: Path, say: ProgressFn) -> Path:
-    say(f"downloading the llama.cpp sources ({SDIST_NAME}=={SDIST_VERSION} sdist) with pip")
-    # pip only reads the sdist's metadata (scikit-build-core; no compiler runs); we want the tarball
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", f"--no-binary={SDIST_NAME}",
-           "--disable-pip-version-check", "--quiet", "-d", str(dest),
-           f"{SDIST_NAME}=={SDIST_VERSION}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    """Fetch the pinned sdist into `dest` and check it. Only bytes move: nothing in the tarball
+    runs or is read before its SHA-256 matched (pip would run its build backend first)."""
+    from .tls import shared_ssl_context
+    index = os.environ.get(ENV_INDEX) or INDEX_URL
+    say(f"downloading the llama.cpp sources ({SDIST_NAME}=={SDIST_VERSION} sdist, "
+        f"{SDIST_SIZE / 1e6:.0f} MB) from {index}")
     got = dest / SDIST_FILE
-    if not got.is_file():
-        raise RuntimeError_(f"pip download {SDIST_NAME}=={SDIST_VERSION} failed "
-                            f"(exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
-    digest = sha256_file(got)
-    if digest != SDIST_SHA256:
-        got.unlink()
-        raise RuntimeError_(f"{SDIST_FILE}: sha256 {digest} does not match the pinned "
-                            f"{SDIST_SHA256}; refusing to build it")
+    try:
+        with httpx.Client(verify=shared_ssl_context(), follow_redirects=True,
+                          timeout=httpx.Timeout(60.0)) as client:
+            url = _sdist_url(client, index)
+            with client.stream("GET", url) as r, open(got, "wb") as f:
+                r.raise_for_status()
+                n = 0
+                for block in r.iter_bytes(1 << 20):
+                    n += len(block)
+                    if n > SDIST_SIZE:    # not the pinned file: no need to take more of it
+                        break
+                    f.write(block)
+    except httpx.HTTPError as e:
+        got.unlink(missing_ok=True)
+        raise RuntimeError_(f"downloading {SDIST_FILE} from {index} failed: {e} (set "
+                            f"{ENV_INDEX} to a mirror, or pass a local copy with "
+                            "`recursa runtime build --sdist PATH`)") from None
+    _verify_sdist(got)
     return got
+
+
+def _verify_sdist(tarball: Path) -> None:
+    """Refuse any tarball but the pinned one, before anything reads or extracts it."""
+    digest = sha256_file(tarball) if tarball.is_file() else "(no such file)"
+    if digest != SDIST_SHA256:
+        raise RuntimeError_(f"{tarball}: sha256 {digest} does not match the pinned "
+                            f"{SDIST_FILE} ({SDIST_SHA256}); refusing to build it")
 
 
 def _extract_vendor(tarball: Path, dest: Path) -> Path:
@@ -207,7 +253,11 @@ def build_server(profile: str | None = None, *, force: bool = False,
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="recursa-build-") as tmp:
             t = Path(tmp)
-            tarball = Path(sdist) if sdist else _download_sdist(t, say)
+            if sdist:
+                tarball = Path(sdist)
+                _verify_sdist(tarball)
+            else:
+                tarball = _download_sdist(t, say)
             src = _extract_vendor(tarball, t / "src")
             build = t / "build"
             gen = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []

@@ -61,7 +61,8 @@ def cmd_runtime(a: argparse.Namespace) -> int:
         return 0
     try:
         if a.action == "build":
-            print(runtime.build_server(a.profile, force=a.force, progress=_say))
+            print(runtime.build_server(a.profile, force=a.force, sdist=a.sdist,
+                                       progress=_say))
             return 0
         print(json.dumps(check(a.model, a.tokens), indent=1))
         return 0
@@ -76,6 +77,8 @@ def register(sub: Any) -> None:
     p.add_argument("--profile", help="CPU profile: x86-64-v3 (default where AVX2 is there), "
                    "x86-64-v2, generic")
     p.add_argument("--force", action="store_true", help="build again even if built")
+    p.add_argument("--sdist", help="build from this copy of the pinned llama-cpp-python sdist "
+                   "(checked against its SHA-256) instead of downloading it")
     p.add_argument("--model", default="smollm2-135m",
                    help="model for `check` (registry name or .gguf path)")
     p.add_argument("--tokens", type=int, default=2, help="tokens `check` generates")
