@@ -283,14 +283,30 @@ async def test_local_model_episode_through_verifiers(monkeypatch: pytest.MonkeyP
     local = LocalClient("smollm2-135m", name="local:smollm2-135m")
     srv = await local.load()
     monkeypatch.setenv("RECURSA_TEST_LLAMA_TOKEN", srv.token)
+    # llama-server listens on a private Unix socket only (no TCP port to race for or to reach
+    # from elsewhere); verifiers' client speaks TCP, so a loopback forwarder joins the two
+    async def forward(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_r, up_w = await asyncio.open_unix_connection(srv.socket_path)
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            finally:
+                w.close()
+        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer), return_exceptions=True)
+    proxy = await asyncio.start_server(forward, "127.0.0.1", 0)
+    port = proxy.sockets[0].getsockname()[1]
     env = load_environment("math_python", "rlm_tips", num_examples=1, max_turns=2,
                            sandbox="local")
     ctx = vf.ModelContext(model="smollm2-135m",
-                          client=vf.EvalClientConfig(base_url=srv.base_url + "/v1",
+                          client=vf.EvalClientConfig(base_url=f"http://127.0.0.1:{port}/v1",
                                                      api_key_var="RECURSA_TEST_LLAMA_TOKEN"),
                           sampling=vf.SamplingConfig(max_tokens=200, temperature=0.0))
     async with env.serving():
         ep = await env.run_episode(next(iter(env.taskset)), ctx)
+    proxy.close()
     await local.aclose()
     [t] = ep.traces
     assert t.ok, t.errors

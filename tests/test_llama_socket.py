@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import socket
 import stat
 import sys
@@ -96,8 +97,11 @@ def tcp_listeners(pid: int) -> list[str]:
 
 @pytest.fixture
 def fake_binary(tmp_path: Path) -> str:
+    # a shell wrapper: a #! line cannot name an interpreter whose path has a space
+    (tmp_path / "fake_llama.py").write_text(FAKE)
     script = tmp_path / "llama-server"
-    script.write_text(f"#!{sys.executable}\n{FAKE}")
+    script.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} '
+                      f'{shlex.quote(str(tmp_path / "fake_llama.py"))} "$@"\n')
     script.chmod(0o755)
     return str(script)
 

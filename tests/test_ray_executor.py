@@ -144,7 +144,7 @@ def test_cli_bench_run_with_the_ray_executor(local_ray: Any, tmp_path: Path,
     args = ["bench", "run", "--task", "sniah", "--lengths", "1k", "--method", "rlm,direct",
             "-n", "2", "--out", str(tmp_path), "--model", "replay:", "--sandbox", "local",
             "--client-option", f"responder={RESPONDER}", "--max-iterations", "3",
-            "--no-progress", "--executor", "ray"]
+            "--no-progress", "--no-baselines", "--executor", "ray"]
     assert main(args) == 0
     rows = load_rows(tmp_path)
     assert len(rows) == 4 and all(r["score"] == 1.0 for r in rows)

@@ -92,7 +92,9 @@ def test_real_run_renders_tree_cells_totals_and_search(driver, tmp_path: Path):
     assert total("calls") == str(run.totals.calls) == "15"
     assert total("cost") == f"${res.cost_usd:.4f}"
     assert total("turns") == "6" and total("sub-calls") == "9" and total("children") == "1"
-    assert total("tokens").startswith(f"{run.totals.tokens / 1000:.1f}k")
+    t = run.totals.tokens      # the viewer's rule: one decimal below 10k, none from 10k
+    assert total("tokens").startswith(f"{int(t / 1000 + 0.5)}k" if t >= 10_000
+                                      else f"{t / 1000:.1f}k")
     assert driver.find_element(By.ID, "status").text.startswith("final")
     assert res.answer in driver.find_element(By.ID, "answer").text
     # a code cell: expand turn 2, open its cell, see code and output
