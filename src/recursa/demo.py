@@ -38,14 +38,20 @@ class Case:
         """Right when the answer names the real cause and the person who fixed it, as whole
         words, and no other cause or person (a hedge listing every suspect is wrong), and is an
         answer rather than a pasted passage (the bench's strict scoring rules)."""
-        from recursa.bench.tasks.strict import is_dump, mentioned
-        if is_dump(answer, max_words=60):
-            return False
-        forms = {f: w for w, _ in CAUSES for f in (w, w + "s")}   # 'rat' and 'rats'
-        causes = {forms[f] for f in mentioned(answer, list(forms))}
-        surnames = {n.split()[-1] for n in FIXERS}
-        people = set(mentioned(answer, sorted(surnames)))
-        return causes == {self.cause_word} and people == {self.fixer.split()[-1]}
+        return names_only(answer, self.cause_word, [w for w, _ in CAUSES], self.fixer, FIXERS)
+
+
+def names_only(answer: str, cause_word: str, cause_words: list[str], fixer: str,
+               people: list[str]) -> bool:
+    """The demos' strict judge: the answer names `cause_word` and `fixer`'s surname as whole
+    words, no other of `cause_words` or `people`, and is not a pasted passage."""
+    from recursa.bench.tasks.strict import is_dump, mentioned
+    if is_dump(answer, max_words=60):
+        return False
+    forms = {f: w for w in cause_words for f in (w, w + "s")}   # 'rat' and 'rats'
+    causes = {forms[f] for f in mentioned(answer, list(forms))}
+    named = set(mentioned(answer, sorted({n.split()[-1] for n in people})))
+    return causes == {cause_word} and named == {fixer.split()[-1]}
 
 
 def _report(rng: random.Random, site: str, cause: str, fixer: str) -> str:

@@ -69,15 +69,10 @@ class Case:
         """Right when the answer names the real cause and the person who fixed it, as whole
         words, and no other cause or person (a hedge listing suspects is wrong), and is an
         answer rather than a pasted passage (the bench's strict scoring rules)."""
-        from recursa.bench.tasks.strict import is_dump, mentioned
-        if is_dump(answer, max_words=60):
-            return False
-        words = [w for w, _ in CAUSES] + [w for w in self.others
-                                          if w not in self.cause.lower()]
-        forms = {f: w for w in words for f in (w, w + "s")}     # 'rat' and 'rats'
-        causes = {forms[f] for f in mentioned(answer, list(forms))}
-        people = set(mentioned(answer, sorted({n.split()[-1] for n in FIXERS})))
-        return causes == {self.cause_word} and people == {self.fixer.split()[-1]}
+        from recursa.demo import names_only
+        others = [w for w in self.others if w not in self.cause.lower()]
+        return names_only(answer, self.cause_word, [w for w, _ in CAUSES] + others, self.fixer,
+                          FIXERS)
 
     def grep_answer(self) -> str:
         """What the no-model grep baseline answers: the sentence holding the query's rarest

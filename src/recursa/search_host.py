@@ -16,6 +16,7 @@ keeps serving the run's other calls), under a lock so concurrent first searches 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 from collections import OrderedDict
@@ -31,6 +32,7 @@ _building: dict[str, threading.Lock] = {}
 _cache: OrderedDict[str, Any] = OrderedDict()
 
 
+@functools.cache       # asked for every run's prompt; what is installed does not change
 def available() -> bool:
     """Whether the `search` extra is installed (found, not imported: wordllama's import
     configures logging, and the root's prompt only needs to know whether to offer search)."""
