@@ -21,7 +21,7 @@ import json
 import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
 
 from recursa import prompts
 from recursa.types import BudgetExceeded, ModelError
@@ -33,6 +33,20 @@ STRATEGIES = ("code", "plan", "auto")
 PLAN_MAX_TOKENS = 400
 Text = Annotated[str, Field(min_length=1, max_length=300)]
 Label = Annotated[str, Field(min_length=1, max_length=40)]
+
+
+def _distinct(labels: list[str]) -> list[str]:
+    # a 1.5B root has filled ["code", "code"]: repeats dropped; a set that cannot tell two
+    # records apart is not a plan
+    out: dict[str, str] = {}
+    for x in labels:
+        out.setdefault(x.strip().lower(), x.strip())
+    if len(out) < 2:
+        raise ValueError("a label set needs at least two different labels")
+    return list(out.values())
+
+
+Labels = Annotated[list[Label], Field(min_length=2, max_length=12), AfterValidator(_distinct)]
 
 
 class RetrieveRead(BaseModel):
@@ -48,7 +62,7 @@ class LabelCount(BaseModel):
 
     plan: Literal["label_count"]
     instruction: Text
-    labels: list[Label] = Field(min_length=2, max_length=12)
+    labels: Labels
 
 
 class TwoHop(BaseModel):
@@ -64,7 +78,7 @@ class Pairs(BaseModel):
 
     plan: Literal["pairs"]
     instruction: Text
-    labels: list[Label] = Field(min_length=2, max_length=12)
+    labels: Labels
     keep: list[Label] = Field(min_length=1, max_length=12)
     id_prefix: Annotated[str, Field(max_length=20)] = ""
 
@@ -177,6 +191,24 @@ def plan_schema() -> dict[str, Any]:
             return [inline(x) for x in node]
         return node
     return inline(raw)
+
+
+# What a query that needs a label on every record asks for: a count, a most / least, a
+# comparison or pairs. Without one of these words, a labelling plan is a misread of the query
+# (a 1.5B root answered "what code opens the bike shed?" with label_count over 119 records).
+_AGGREGATE = re.compile(
+    r"\b(how many|how much|count|counts|counting|number of|numbers of|most|least|fewest|fewer|"
+    r"more(?! than one)|less|majority|minority|proportion|percentage|share|ratio|average|total|"
+    r"compare|comparison|pairs?|largest|smallest|biggest|highest|lowest|frequent|common)\b",
+    re.I)
+
+
+def fits(plan: Any, query: str) -> Any:
+    """`plan`, or in place of a labelling plan for a query that asks for no aggregate (no count,
+    most / least, comparison or pairs), a retrieval of the query itself."""
+    if isinstance(plan, LabelCount | Pairs) and not _AGGREGATE.search(query):
+        return RetrieveRead(plan="retrieve_read", question=query[:300], keywords=[])
+    return plan
 
 
 def parse(text: str) -> Any:
@@ -366,7 +398,7 @@ async def run_plan(run: _Run, description: str) -> None:
     st.turns += 1
     turn.replied(comp)
     try:
-        plan = parse(comp.text)
+        plan = fits(parse(comp.text), run.query)
     except ValueError as e:
         turn.end(comp, blocks=0, plan_error=str(e))
         return _note(run, f"the reply was not a valid plan ({e})")
