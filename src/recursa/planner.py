@@ -297,7 +297,9 @@ def _plan_chunks(keywords):
         pieces = hit or pieces
     return pieces
 
-_PLAN_READ = " Answer from the text above in a few words, or reply 'none' if it does not say."
+# every part: asked "who ... and what ...", the 1.5B answered with a name alone
+_PLAN_READ = (" Answer every part of the question from the text above in one short sentence, "
+              "or reply 'none' if the text does not say.")
 
 def _plan_retrieve(question, keywords, dry):
     # with search(): a made-up answer, a search, and one read of each hit; without: every
