@@ -38,6 +38,10 @@ res3 = RLM(model=ReplayClient({SCRIPT!r}), sandbox="inprocess",
            preflight=False).completion("Quiet?", context="q")
 recursa.notebook.show_progress(True)
 print(res3.status)""",
+    # 4: the async twin, awaited on the kernel's own loop
+    f"""res4 = await RLM(model=ReplayClient({SCRIPT!r}), sandbox="inprocess",
+                  preflight=False).acompletion("Async?", context="abcd")
+res4""",
 ]
 
 
@@ -82,6 +86,12 @@ def test_notebook_shows_progress_result_and_trace(tmp_path: Path) -> None:
     # 3: with progress off the run displays nothing
     assert not _html_outputs(nb.cells[2], "display_data")
     assert "final" in "".join(o.get("text", "") for o in nb.cells[2]["outputs"])
+
+    # 4: awaited on the kernel's loop: the same progress line and result
+    (progress4,) = _html_outputs(nb.cells[3], "display_data")
+    assert ">final<" in progress4 and "Async?" in progress4
+    (result4,) = _html_outputs(nb.cells[3], "execute_result")
+    assert "the context has 4 characters" in result4 and "<iframe" in result4
 
 
 def _result(answer: str, **kw: object) -> Result:
