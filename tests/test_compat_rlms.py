@@ -175,3 +175,23 @@ def test_options_map_onto_recursa() -> None:
     assert inner.budget.max_cost_usd == 1.5 and inner.model_options == {"temperature": 0}
     assert inner.tips == "Be brief." and inner.sandbox == "inprocess"
     assert inner.system_prompt.format() == "Use {x}."
+
+
+def test_child_rlm_callbacks_and_verbose(capsys: pytest.CaptureFixture[str]) -> None:
+    """max_depth=2 (rlms) lets rlm_query start a child RLM; its start and end reach rlms's
+    subcall callbacks. A recursa model object can stand in through recursa_options."""
+    from recursa.models import ReplayClient
+    seen: list[tuple[Any, ...]] = []
+    script = ReplayClient([
+        "```repl\nx = rlm_query('count the pumps', context='pump 3, pump 7')\nFINAL(x)\n```",
+        "```repl\nFINAL(str(context.count('pump')) + ' pumps')\n```",   # the child's turn
+    ])
+    r = compat.RLM(backend_kwargs={"model_name": "m"}, max_depth=2, verbose=True,
+                   on_subcall_start=lambda d, m, p: seen.append(("start", d, m, p)),
+                   on_subcall_complete=lambda d, m, s, e: seen.append(("end", d, m, e)),
+                   recursa_options={"model": script, "sandbox": "inprocess",
+                                    "preflight": False})
+    out = r.completion("ignored", root_prompt="How many pumps?")
+    assert out.response == "2 pumps"
+    assert seen == [("start", 1, "replay:", "count the pumps"), ("end", 1, "replay:", None)]
+    assert "turn 1: 1 code block(s)" in capsys.readouterr().err    # verbose: the console view

@@ -211,4 +211,4 @@ def _stored_key(spec: str, base_url: str | None) -> str | None:
     env = _KEYS.get(provider)
     if env is None or base_url or os.environ.get(env):
         return None
-    return llm.get_key(alias=provider)
+    return llm.get_key(key_alias=provider)      # the name older llm releases take too
