@@ -72,6 +72,8 @@ def test_notebook_shows_progress_result_and_trace(tmp_path: Path) -> None:
     (result,) = _html_outputs(nb.cells[0], "execute_result")
     assert "recursa-result" in result and ">final<" in result
     assert "the context has 300 characters" in result
+    tokens = [re.search(r"tokens <b>([\d,]+)</b>", h).group(1) for h in (progress[0], result)]
+    assert tokens[0] == tokens[1] != "0"       # the live count ends where the Result's is
     assert '<iframe class="recursa-viewer" sandbox="allow-scripts"' in result
     srcdoc = html.unescape(re.search(r'srcdoc="([^"]*)"', result).group(1))
     assert "Content-Security-Policy" in srcdoc

@@ -163,7 +163,7 @@ def _events_of(run_id: str, trace_path: str | None) -> list[Event] | None:
             events = [e for e in read_trace(trace_path).events if e.run_id == run_id]
         except (OSError, ValueError):
             return None
-        return events[:_MAX_KEPT_EVENTS] if len(events) <= _MAX_KEPT_EVENTS else None
+        return events if len(events) <= _MAX_KEPT_EVENTS else None
     return None
 
 
@@ -209,8 +209,12 @@ class NotebookProgress:
                 st["subcalls"] += 1
             elif ev.kind == "child" and ev.phase == "start":
                 st["children"] += 1
-            if ev.phase in ("update", "end") and isinstance(d.get("usage"), dict) \
-                    and ev.kind in ("turn", "subcall") and not (ev.kind == "turn" and ev.phase == "end"):
+            # a turn's usage arrives in its update (as soon as the model answered) or, for a
+            # turn without one (the last-answer turn), in its end; a sub-call's in its end
+            counted = st.setdefault("counted", set())
+            if ev.phase in ("update", "end") and ev.kind in ("turn", "subcall") \
+                    and isinstance(d.get("usage"), dict) and ev.id not in counted:
+                counted.add(ev.id)
                 u = d["usage"]
                 st["tokens"] += int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
                 c = d.get("cost_usd")
