@@ -152,6 +152,8 @@ class RLM:
             sinks.append(JsonlSink(trace_path, redact=self._redactor()))
         if self.on_event:
             sinks.append(CallbackSink(self.on_event))
+        from recursa.notebook import auto_sinks
+        sinks.extend(auto_sinks())     # a live progress line in a Jupyter kernel; none elsewhere
         tracer = Tracer(sinks, run_id)
         owned: list[ModelClient] = []
         try:

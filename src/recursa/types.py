@@ -229,3 +229,7 @@ class Result(BaseModel):
 
     def __str__(self) -> str:
         return self.answer
+
+    def _repr_html_(self) -> str:     # Jupyter: answer, status, spend and the viewer inline
+        from recursa.notebook import result_html
+        return result_html(self)
