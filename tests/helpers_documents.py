@@ -199,7 +199,7 @@ def tar_of(path: Path, files: list[Path]) -> Path:
     return path
 
 
-def zip_bomb(path: Path, mb: int = 64) -> Path:
+def zip_bomb(path: Path, mb: int = 16) -> Path:
     """A real high-ratio zip: `mb` MB of zeros in one member (about 1000x compressed)."""
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z, z.open("zeros.txt", "w") as f:
         block = b"\0" * (1 << 20)

@@ -14,7 +14,7 @@ from typing import Any
 
 from recursa.sandbox.worker import DOC_MARK, Document, Part
 
-__all__ = ["DOC_MARK", "Document", "Location", "Part", "locate", "to_wire"]
+__all__ = ["DOC_MARK", "Document", "Location", "Part", "locate", "revive", "to_wire"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +89,14 @@ def to_wire(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [to_wire(v) for v in value]
     return value
+
+
+def revive(d: dict[str, Any]) -> Any:
+    """json.load(..., object_hook=revive): a payload's documents as Document, all else as is."""
+    if d.get(DOC_MARK) == 1 and "text" in d:
+        return Document(d["text"], d.get("name", ""), d.get("kind", "text"),
+                        d.get("parts") or (), d.get("meta"), d.get("notes") or ())
+    return d
 
 
 def has_documents(value: Any) -> bool:

@@ -94,8 +94,7 @@ def extract_csv(src: Source, info: Extraction) -> Iterator[Piece]:
         except csv.Error as e:
             raise DocumentError(f"{src.name}: not readable as CSV near row {n + 1}: {e}") from None
         meta["rows"] = max(n - 1, 0)
-        tail = "".join(out)
-        yield tail[:-1] if tail.endswith("\n") else tail
+        yield "".join(out)
     yield Piece("table", src.name, chunks(), meta)
 
 
@@ -126,8 +125,7 @@ def extract_jsonl(src: Source, info: Extraction) -> Iterator[Piece]:
         if bad:
             info.notes.append(f"{src.name}: {bad} line(s) are not JSON (first: line "
                               f"{first_bad}); .rows fails on them, the text has them")
-        tail = "".join(buf)
-        yield tail[:-1] if tail.endswith("\n") else tail
+        yield "".join(buf)
     yield Piece("table", src.name, chunks(), meta)
 
 
