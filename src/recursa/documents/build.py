@@ -124,7 +124,9 @@ def materialize(src: Source, extract: Extractor, kind: str) -> Document:
     """The document in memory."""
     chunks: list[str] = []
     info, raw, _ = _run(src, extract, kind, chunks.append)
-    return Document("".join(chunks), src.name, kind, raw, info.meta, info.notes)
+    text = "".join(chunks)
+    chunks.clear()          # at most two copies of the text at once: the joined one and the
+    return Document(text, src.name, kind, raw, info.meta, info.notes)   # Document's own
 
 
 def stream(src: Source, extract: Extractor, kind: str, out: TextIO) -> DocStats:
