@@ -335,3 +335,23 @@ def test_search_indexes_a_documents_text(files: dict[str, Path], tmp_path: Path)
     prep = ctx.prepare(files["pptx"], tmp_path / "w")
     value = load_payload(prep.payload)
     assert isinstance(value, Document) and value == load(files["pptx"])
+
+
+def test_a_cut_off_tar_keeps_the_members_before_the_cut(files: dict[str, Path], tmp_path: Path):
+    arc = h.tar_of(tmp_path / "b.tar.gz", [files["csv"], files["pdf"]])
+    cut = h.truncated(tmp_path / "cut.tar.gz", arc)
+    notes: list[str] = []
+    from recursa.documents.load import load_source
+    from recursa.documents.source import Source
+    got = load_source(Source("cut.tar.gz", path=cut), notes)
+    assert list(got) == ["inner/articles.csv"]
+    assert any("cut.tar.gz: the archive ends early after 1 member(s)" in n for n in notes)
+
+
+def test_a_session_over_a_pdf_answers_follow_ups(files: dict[str, Path]):
+    """What `recursa chat --context report.pdf` runs: one session, several questions."""
+    codes = iter(["FINAL(str(len(context.pages)))", "FINAL(context.pages[-1].name or 'x')"])
+    model = ReplayClient(lambda messages: f"```repl\n{next(codes)}\n```")
+    with RLM(model=model, sandbox="inprocess").session(files["pdf"]) as s:
+        assert s.completion("How many pages?").answer == "4"
+        assert s.completion("Last page's name?").answer == "x"

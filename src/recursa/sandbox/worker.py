@@ -653,7 +653,7 @@ class Part(str):
         return [dict(zip(cols, row, strict=False)) for row in self.rows]
 
 
-_PART_ALIASES = ("pages", "slides", "sheets", "sections", "chapters", "tables", "files")
+_PART_ALIASES = ("pages", "slides", "sheets", "sections", "chapters", "tables")
 
 
 class Document(str):

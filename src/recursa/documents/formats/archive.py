@@ -67,7 +67,7 @@ def tar_members(src: Source, notes: list[str]) -> Iterator[tuple[str, bytes]]:
     except (tarfile.TarError, OSError, EOFError) as e:
         raise DocumentError(f"{src.name}: not a readable tar archive (corrupt or truncated: "
                             f"{e})") from None
-    total = count = 0
+    total = count = loaded = 0
     with t:
         try:
             # streaming mode: each header is checked before its member's data is read
@@ -88,7 +88,13 @@ def tar_members(src: Source, notes: list[str]) -> Iterator[tuple[str, bytes]]:
                 f = t.extractfile(m)
                 if f is None:
                     continue
-                yield m.name, _read_capped(f, m.size, src, m.name)
+                data = _read_capped(f, m.size, src, m.name)
+                loaded += 1
+                yield m.name, data
         except (tarfile.TarError, OSError, EOFError) as e:
-            raise DocumentError(f"{src.name}: not a readable tar archive (corrupt or "
-                                f"truncated: {e})") from None
+            if not loaded:
+                raise DocumentError(f"{src.name}: not a readable tar archive (corrupt or "
+                                    f"truncated: {e})") from None
+            # a cut-off archive keeps the members read before the cut
+            notes.append(f"{src.name}: the archive ends early after {loaded} member(s) "
+                         f"(truncated or corrupt: {e}); the rest is lost")
