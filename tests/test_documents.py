@@ -311,6 +311,12 @@ def test_cli_run_reads_a_pdf(files: dict[str, Path], tmp_path: Path):
                         "--sandbox", "inprocess"], capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode()
     assert p.stdout.decode().strip() == "4 pages"
+    p = subprocess.run([sys.executable, "-m", "recursa.cli", "run", "How many pages?",
+                        "--context", "-", "--model", f"replay-file:{script}",
+                        "--sandbox", "inprocess"], input=files["pdf"].read_bytes(),
+                       capture_output=True, timeout=120)     # a PDF piped in
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode().strip() == "4 pages"
 
 
 def test_server_reads_an_attached_pdf(files: dict[str, Path]):

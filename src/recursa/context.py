@@ -19,7 +19,7 @@ from recursa import images
 from recursa.documents import describe as doc_describe
 from recursa.documents.build import DocStats
 from recursa.documents.errors import DocumentError
-from recursa.documents.load import decode_text, load_source, stream_file
+from recursa.documents.load import load_source, stream_file
 from recursa.documents.model import Document, has_documents, to_wire
 from recursa.documents.source import Source, detect
 from recursa.documents.tree import load_tree
@@ -39,11 +39,6 @@ class Prepared:
     description: str
     chars: int
     notes: list[str] = field(default_factory=list)  # problems met while loading (skipped files)
-
-
-def _decode(data: bytes, name: str) -> tuple[str, int]:
-    """UTF-8 text, replacing invalid bytes; binary data is refused."""
-    return decode_text(data, name)
 
 
 def load_path(path: Path) -> tuple[Any, list[str]]:
@@ -185,10 +180,11 @@ def prepare(context: Any, workdir: Path) -> Prepared:
     if context is None:
         raise ContextError("no context given: pass context=<str | list | dict | Path>")
     context, found = images.normalize(context)   # images anywhere -> images.Image
-    if isinstance(context, bytes):
-        context, bad = _decode(context, "context bytes")
-        if bad:
-            notes.append(f"{bad} invalid UTF-8 bytes replaced by U+FFFD")
+    if isinstance(context, bytes):   # e.g. `--context -`: a piped PDF is read as a PDF
+        context = load_source(Source("context bytes", data=context), notes)
+        if isinstance(context, list | dict):
+            context, more = images.normalize(context)
+            found += more
     if isinstance(context, tuple):
         context = list(context)
     if not isinstance(context, str | list | dict | images.Image):

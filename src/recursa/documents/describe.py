@@ -14,6 +14,10 @@ PLURAL = {"page": "pages", "slide": "slides", "sheet": "sheets", "section": "sec
           "chapter": "chapters", "table": "tables"}
 
 
+HEADERS = {"page": "'[page 3]'", "slide": "'[slide 2: its title]'", "sheet": "'[sheet NAME]'",
+           "chapter": "'[chapter 4: its title]'", "table": "'[table NAME]'"}
+
+
 def _tokens(chars: int) -> int:
     return (chars + 3) // 4
 
@@ -30,7 +34,8 @@ def _table_line(var: str, meta: dict[str, Any], name: str) -> str:
 def doc_lines(s: DocStats, var: str = "context") -> list[str]:
     """Lines describing one document bound to `var` (e.g. context or context['a/b.pdf'])."""
     label = LABELS.get(s.kind, s.kind)
-    lines = [f"{var}: a {label} document {s.name!r} as a Document: a str holding its whole "
+    article = "an" if label[0] in "AEIOU" else "a"
+    lines = [f"{var}: {article} {label} document {s.name!r} as a Document: a str holding its whole "
              f"text ({s.chars:,} characters, ~{_tokens(s.chars):,} tokens, {s.lines:,} lines)"
              + (f"; title {s.meta['title']!r}" if s.meta.get("title") else "")]
     kinds = s.part_kinds()
@@ -44,9 +49,8 @@ def doc_lines(s: DocStats, var: str = "context") -> list[str]:
         lines.append(
             f"{var}.{plural} (also .parts): a list of {len(s.parts):,} {plural}, each a str "
             f"with .number (1-based), .name, .start/.end (offsets in {var}); sizes "
-            f"{s.spread()}" + ("; in the text each starts after a line like "
-                               f"'[{main} 1]'" if main in ("page", "slide", "sheet", "chapter",
-                                                          "table") else ""))
+            f"{s.spread()}" + (f"; in the text each starts after a line like {HEADERS[main]}"
+                               if main in HEADERS else ""))
         named = [(p[1], p[2]) for p in s.parts if p[2]]
         if named and main != "page":
             shown = "; ".join(f"{no}: {nm[:60]!r}" for no, nm in named[:12])
