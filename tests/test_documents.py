@@ -242,6 +242,8 @@ def test_archives_of_documents(files: dict[str, Path], tmp_path: Path, t: h.Text
         prep = ctx.prepare(arc, tmp_path / ("w-" + arc.name))
         assert any("inner/locked.pdf: skipped: the PDF is encrypted" in n for n in prep.notes)
         assert "documents: 3" in prep.description
+        assert f"source: archive {arc.name}" in prep.description
+        assert "dict with 3 files (relative path -> text)" in prep.description
 
 
 def test_folder_honours_gitignore_skips_binaries_and_bad_files(files: dict[str, Path],

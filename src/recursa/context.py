@@ -125,7 +125,7 @@ def describe(value: Any, *, source: str | None = None, notes: list[str] | None =
         sizes = [len(v) if isinstance(v, str) else len(json.dumps(v, default=str))
                  for v in value.values()]
         total = sum(sizes)
-        is_tree = source is not None and source.startswith("directory")
+        is_tree = source is not None and source.startswith(("directory", "archive"))
         has_img = any(isinstance(v, images.Image) for v in value.values())
         kind = ("files (relative path -> text" + (" or Image)" if has_img else ")")
                 if is_tree else "keys")
@@ -174,7 +174,8 @@ def prepare(context: Any, workdir: Path) -> Prepared:
             if streamed is not None:
                 return streamed
         context, notes = load_path(path)
-        source = f"directory {path.name}/" if path.is_dir() else f"file {path.name}"
+        source = (f"directory {path.name}/" if path.is_dir() else
+                  f"archive {path.name}" if isinstance(context, dict) else f"file {path.name}")
     elif isinstance(context, list | tuple | dict):
         context = _load_inner_paths(context)
     if context is None:
