@@ -106,10 +106,13 @@ def test_directory_with_images_and_a_bad_one(tmp_path):
     assert any("broken.png: skipped" in n and "corrupt PNG" in n for n in prep.notes)
 
 
-def test_a_path_in_a_list_must_be_an_image(tmp_path):
+def test_a_path_in_a_list_is_read_and_must_exist(tmp_path):
+    # a text or document file in a list is read like a --context file (recursa.documents)
     (tmp_path / "t.txt").write_text("x")
-    with pytest.raises(ContextError, match=r"\[0\]: a path inside a list/dict context must be"):
-        ctx.prepare([tmp_path / "t.txt"], tmp_path / "w")
+    prep = ctx.prepare([tmp_path / "t.txt"], tmp_path / "w")
+    assert json.loads(Path(prep.payload.path).read_text()) == ["x"]
+    with pytest.raises(ContextError, match=r"context path does not exist: .*nope.png"):
+        ctx.prepare([tmp_path / "nope.png"], tmp_path / "w")
 
 
 def test_http_urls_are_refused():
