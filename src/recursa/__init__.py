@@ -4,7 +4,7 @@ The names below load on first use (PEP 562), so `import recursa` and the `recurs
 `--version` / `--help` cost no more than they use; `from recursa import RLM` works as always.
 Importing recursa changes nothing process-wide: no thread, no exit or fork hook, no import
 hook, the garbage collector left as it is (what recursa keeps running is started on use and
-owned by `recursa.runtime`).
+owned by `recursa.background`).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ a reused pid is told from the owner; `scope` is a short hash of the boot id and 
 namespace, so a pid is only ever judged by a process that sees the same pids (a container
 sharing /tmp, another machine on a shared file system, or a previous boot: never swept).
 
-The first `owned_tempdir` call of a process (or `recursa.runtime.start()`) starts `sweep_stale`
-in a background thread (once per process and directory; `recursa.runtime.shutdown()` stops it): it removes the directories in the temp dir whose name matches the
+The first `owned_tempdir` call of a process (or `recursa.background.start()`) starts `sweep_stale`
+in a background thread (once per process and directory; `recursa.background.shutdown()` stops it): it removes the directories in the temp dir whose name matches the
 pattern exactly, whose scope is ours, that are real directories (not symlinks) owned by us (or,
 as root, by a worker's uid), and whose owner pid is dead or now belongs to another process
 (start time differs). Nothing a live process uses is touched. It is bounded in time, never
@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 
-from recursa.runtime import RUNTIME, WATCHERS
+from recursa.background import BACKGROUND, WATCHERS
 
 log = logging.getLogger("recursa.tempdirs")
 
@@ -122,10 +122,10 @@ def start_sweep(directory: str | None = None) -> threading.Thread | None:
         directory = os.path.realpath(directory or tempfile.gettempdir())
         key = (os.getpid(), directory)
         with _lock:
-            if key in _swept or RUNTIME.exiting:
+            if key in _swept or BACKGROUND.exiting:
                 return None
             _swept.add(key)
-            RUNTIME.attach(_SWEEPS, WATCHERS)
+            BACKGROUND.attach(_SWEEPS, WATCHERS)
             t = threading.Thread(target=sweep_stale, args=(directory,), name="recursa-tmp-sweep",
                                  daemon=True)
             _threads[:] = [x for x in _threads if x.is_alive()] + [t]
@@ -209,7 +209,7 @@ def _rmtree(path: str) -> None:
 
 
 class _Sweeps:
-    """The sweeps as a part of the process's runtime (recursa.runtime)."""
+    """The sweeps as a part of recursa.background."""
 
     def shutdown(self) -> None:
         with _lock:

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime import RUNTIME, SERVERS
+from ..background import BACKGROUND, SERVERS
 from ..types import ModelError
 
 _PR_SET_PDEATHSIG = 1
@@ -251,7 +251,7 @@ def get_server(config: ServerConfig, name: str = "local model") -> LlamaServer:
         if srv is not None:     # it died: the next run gets a fresh one
             srv.stop()
         srv = LlamaServer(config, name)
-        RUNTIME.attach(_SERVERS, SERVERS)
+        BACKGROUND.attach(_SERVERS, SERVERS)
         srv.start()
         with _lock:
             _servers[config] = srv
@@ -265,7 +265,7 @@ def forget(server: LlamaServer) -> None:
 
 
 def stop_all() -> None:
-    """Stop every server this process started (also `recursa.runtime.shutdown()` and exit)."""
+    """Stop every server this process started (also `recursa.background.shutdown()` and exit)."""
     with _lock:
         servers = list(_servers.values())
         _servers.clear()
@@ -274,7 +274,7 @@ def stop_all() -> None:
 
 
 class _Servers:
-    """The servers as a part of the process's runtime (recursa.runtime)."""
+    """The servers as a part of recursa.background."""
 
     def shutdown(self) -> None:
         stop_all()

@@ -30,7 +30,7 @@ import tempfile
 import threading
 from typing import Any
 
-from recursa.runtime import RUNTIME, WORKERS
+from recursa.background import BACKGROUND, WORKERS
 from recursa.sandbox.transport import PipeTransport, kill_tree
 from recursa.tempdirs import owned_tempdir
 
@@ -310,7 +310,7 @@ def zygote_host(key: Any, command: Any) -> ZygoteHost:
     recently used, are stopped."""
     global _PID
     idle: list[ZygoteHost] = []
-    RUNTIME.attach(_ZYGOTES, WORKERS)
+    BACKGROUND.attach(_ZYGOTES, WORKERS)
     with _HOSTS_LOCK:
         if _PID != os.getpid():   # forked: the parent's zygotes are not ours
             _HOSTS.clear()
@@ -344,7 +344,7 @@ def shutdown() -> None:
 
 
 class _Zygotes:
-    """The zygotes as a part of the process's runtime (recursa.runtime)."""
+    """The zygotes as a part of recursa.background."""
 
     def shutdown(self) -> None:
         shutdown()

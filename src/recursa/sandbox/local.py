@@ -73,8 +73,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from recursa.background import BACKGROUND, WORKERS
 from recursa.images import pillow_site
-from recursa.runtime import RUNTIME, WORKERS
 from recursa.sandbox.forkserver import ZygoteTransport, zygote_host
 from recursa.sandbox.isolation import bwrap_works, find_bwrap, require_isolation
 from recursa.sandbox.protocol import WORKER_PATH
@@ -350,8 +350,8 @@ class SparePool:
     Spares are spawned by one daemon thread that lives until `shutdown()`, because the
     parent-death signal bwrap and the worker set fires when the *thread* that forked them
     ends. Spares are therefore not tied to any event loop; a sandbox adopts one into its loop.
-    A part of the process's runtime (recursa.runtime): attached on the first `take()`, stopped
-    by `recursa.runtime.shutdown()` or at exit.
+    A part of recursa.background: attached on the first `take()`, stopped
+    by `recursa.background.shutdown()` or at exit.
     """
 
     MAX_CONFIGS = 4   # configs that keep spares; the least recently used beyond are dropped
@@ -378,7 +378,7 @@ class SparePool:
     def take(self, config: WorkerConfig, n: int) -> Spare | None:
         """A live spare for `config` (or None), and keep `n` of them ready from now on."""
         with self._cond:
-            if self._closed or self._pid != os.getpid() or RUNTIME.exiting:
+            if self._closed or self._pid != os.getpid() or BACKGROUND.exiting:
                 return None
             now = time.monotonic()
             lst = self._spares.setdefault(config, [])
@@ -467,7 +467,7 @@ class SparePool:
 
     def _wake(self) -> None:
         if self._thread is None:
-            RUNTIME.attach(self, WORKERS)
+            BACKGROUND.attach(self, WORKERS)
             self._thread = threading.Thread(target=self._serve, name="recursa-prewarm",
                                             daemon=True)
             self._thread.start()

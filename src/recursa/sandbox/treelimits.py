@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from recursa.runtime import GROUPS, RUNTIME, WATCHERS
+from recursa.background import BACKGROUND, GROUPS, WATCHERS
 
 _counter = itertools.count()
 _PREFIX = "recursa-"
@@ -342,7 +342,7 @@ def cgroup_host() -> CgroupHost | None:
             return None
         _host = _try_v2() or _try_v1()
         if _host is not None:
-            RUNTIME.attach(_GROUPS, GROUPS)
+            BACKGROUND.attach(_GROUPS, GROUPS)
         return _host
 
 
@@ -358,7 +358,7 @@ def _cleanup() -> None:
 
 
 class _Groups:
-    """The cgroup parent as a part of the process's runtime (recursa.runtime)."""
+    """The cgroup parent as a part of recursa.background."""
 
     def shutdown(self) -> None:
         _cleanup()
@@ -388,7 +388,7 @@ class TreeWatch:
     """One host thread that, while anything is watched, reads /proc every `interval` s and
     sums the resident memory of each watched tree (the descendants of a pid, or every process
     of a uid of its own); over its limit, `on_over(rss)` is called once, from that thread.
-    A part of the process's runtime (recursa.runtime): `shutdown()` ends the thread, the next
+    A part of recursa.background: `shutdown()` ends the thread, the next
     `watch()` starts it again."""
 
     interval: float = 0.25
@@ -403,7 +403,7 @@ class TreeWatch:
             key = next(self._ids)
             self._items[key] = _Watched(limit, on_over, root, uid)
             if self._thread is None or not self._thread.is_alive():
-                RUNTIME.attach(self, WATCHERS)
+                BACKGROUND.attach(self, WATCHERS)
                 self._thread = threading.Thread(target=self._run, name="recursa-treewatch",
                                                 daemon=True)
                 self._thread.start()

@@ -19,7 +19,7 @@ import secrets
 import tempfile
 import threading
 
-from recursa.runtime import GROUPS, RUNTIME
+from recursa.background import BACKGROUND, GROUPS
 from recursa.tempdirs import WORKER_UID_MAX, WORKER_UID_MIN
 from recursa.types import SandboxError
 
@@ -64,7 +64,7 @@ def lease_uid() -> int:
     """A uid no other live worker of this host's recursa processes has; `release_uid` it."""
     directory = _lock_dir()
     span = WORKER_UID_MAX - WORKER_UID_MIN + 1
-    RUNTIME.attach(_LEASES, GROUPS)
+    BACKGROUND.attach(_LEASES, GROUPS)
     with _lock:
         for _ in range(256):
             uid = WORKER_UID_MIN + secrets.randbelow(span)
@@ -95,7 +95,7 @@ def leased() -> set[int]:
 
 
 class _Leases:
-    """The leases as a part of the process's runtime (recursa.runtime), for its fork hook:
+    """The leases as a part of recursa.background, for its fork hook:
     each lease is its sandbox's to release, and the kernel drops the locks at exit."""
 
     def shutdown(self) -> None:

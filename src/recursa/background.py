@@ -1,4 +1,5 @@
-"""The one owner of what recursa keeps running in the background of a process.
+"""The one owner of what recursa keeps running in the background of a process (the process's
+runtime, in the words of issue 22; not the llama.cpp runtime of `recursa runtime`).
 
 Besides a run's own sandbox and model calls, recursa keeps a few things alive between runs,
 because starting them per run would cost more than the run: spare sandbox workers and their
@@ -6,27 +7,26 @@ spawner thread (sandbox/local.py), zygote fork servers and their control threads
 (sandbox/forkserver.py), the cgroup parent of the sandboxes (sandbox/treelimits.py) and the
 thread that watches trees without one, the uids leased to workers (sandbox/uids.py), the sweep of
 stale temporary directories (tempdirs.py), and llama-server processes (models/llama_server.py).
-(This is the process's runtime, not the llama.cpp "runtime" of `recursa runtime`.)
 
-Each of them is a `Part` that attaches itself to `RUNTIME` when it first starts something;
+Each of them is a `Part` that attaches itself to `BACKGROUND` when it first starts something;
 importing recursa starts nothing, registers no `atexit` handler and no fork hook. The first
 attach installs one exit handler (the fallback: a program that never calls `shutdown()` still
 leaves no process behind) and one fork hook (a forked child drops the parent's parts, which are
 not its own to stop).
 
 A program that wants recursa's background gone at a moment of its choosing (a server shutting
-down, a test, a notebook) calls `recursa.runtime.shutdown()`; the next run starts what it needs
+down, a test, a notebook) calls `recursa.background.shutdown()`; the next run starts what it needs
 again. `start()` does the work a first run would otherwise do on its way (the temp dir sweep)
 and installs the hooks, so a long-lived program can pay it up front:
 
-    from recursa import runtime
-    runtime.start()
+    from recursa import background
+    background.start()
     try:
         ...   # runs
     finally:
-        runtime.shutdown()
+        background.shutdown()
 
-or `with runtime.RUNTIME: ...`.
+or `with background.BACKGROUND: ...`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import os
 import threading
 from typing import Protocol
 
-log = logging.getLogger("recursa.runtime")
+log = logging.getLogger("recursa.background")
 
 # shutdown order: what uses a resource stops before the resource goes
 SERVERS = 0      # llama-server processes
@@ -57,7 +57,7 @@ class Part(Protocol):
         parent's to stop), without stopping them."""
 
 
-class Runtime:
+class Background:
     """The background parts of this process, stopped together by `shutdown()`. Thread-safe."""
 
     def __init__(self) -> None:
@@ -72,9 +72,9 @@ class Runtime:
             self._hook()
             self._parts.setdefault(id(part), (rank, part))
 
-    def start(self) -> Runtime:
+    def start(self) -> Background:
         """Install the exit handler and fork hook and sweep the temp dir's stale directories
-        now (a first run would otherwise do it); returns the runtime."""
+        now (a first run would otherwise do it); returns it."""
         with self._lock:
             self._hook()
         from recursa.tempdirs import start_sweep
@@ -95,7 +95,7 @@ class Runtime:
         with self._lock:
             return [p for _, p in sorted(self._parts.values(), key=lambda rp: rp[0])]
 
-    def __enter__(self) -> Runtime:
+    def __enter__(self) -> Background:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -123,14 +123,14 @@ class Runtime:
                 pass   # nothing to report to in a fresh child; it holds the parent's copies
 
 
-RUNTIME = Runtime()
+BACKGROUND = Background()
 
 
-def start() -> Runtime:
-    """`RUNTIME.start()`: hooks installed and the temp dir swept now rather than on first use."""
-    return RUNTIME.start()
+def start() -> Background:
+    """`BACKGROUND.start()`: hooks installed and the temp dir swept now rather than on first use."""
+    return BACKGROUND.start()
 
 
 def shutdown() -> None:
-    """`RUNTIME.shutdown()`: stop every process and thread recursa keeps in the background."""
-    RUNTIME.shutdown()
+    """`BACKGROUND.shutdown()`: stop every process and thread recursa keeps in the background."""
+    BACKGROUND.shutdown()
