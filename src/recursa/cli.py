@@ -324,17 +324,21 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="cmd", required=True)
     if argv is None:
-        wanted = set(COMMANDS)
+        wanted = {module for module, _ in COMMANDS.values()}
     else:
         first = next((a for a in argv if not a.startswith("-")), None)
-        wanted = {first} if first in COMMANDS else set()
+        wanted = {COMMANDS[first][0]} if first in COMMANDS else set()
     done: set[str] = set()
     for name, (module, help_line) in COMMANDS.items():
-        if name in sub.choices:         # registered by its module along with another command
-            continue
-        if name in wanted and module not in done:
+        if module in wanted and module not in done:   # all of its commands, here in the list
             done.add(module)
-            _command_module(module).register(sub)
+            try:
+                _command_module(module).register(sub)
+            except ModuleNotFoundError as e:   # an optional part left out of this install
+                if not (e.name and module.startswith(e.name)):
+                    raise
+                if argv is not None:
+                    p.error(f"the {name!r} command is not installed here (no module {module})")
         if name not in sub.choices:
             sub.add_parser(name, help=help_line, add_help=False)   # listed, never parsed
     return p
