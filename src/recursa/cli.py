@@ -308,7 +308,7 @@ def register(sub: Any) -> None:
     r.add_argument("--json", action="store_true",
                    help="print the full Result as JSON on stdout instead of the answer")
     add_model_options(r)
-    r.set_defaults(fn=cmd_run, preload=("recursa.rlm",))
+    r.set_defaults(fn=cmd_run, preload=("recursa.rlm", "recursa.preflight"))
 
     m = sub.add_parser("models", help=COMMANDS["models"][1])
     m.add_argument("action", choices=["list", "fetch"])
