@@ -24,7 +24,7 @@ from typing import Any
 from recursa.models._http import httpx
 
 from ..images import has_images
-from ..types import Completion, Message, ModelError, Usage
+from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
 from . import llama_server
 from .httppool import LoopPool
 from .streaming import OnDelta, Pieces, StreamCut
@@ -83,6 +83,14 @@ class LocalClient:
     @property
     def context_window(self) -> int:
         return self.n_ctx
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            context_window=self.n_ctx, max_output_tokens=self.default_options.get("max_tokens"),
+            streaming=self.stream, images=self.supports_images, structured="json_schema",
+            pricing=Pricing(per_call=0.0),
+            identity=model_identity(self.name, self.model, None, self.default_options))
 
     def _model_path(self) -> Path:
         if self.path is None:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..types import ModelError
+from ..types import Capabilities, ModelError
 
 log = logging.getLogger("recursa.models")
 
@@ -65,6 +65,16 @@ class HostedClientState:
         self.prices = prices
         self.default_options = dict(default_options or {})
         self._warned = set()
+
+    @property
+    def capabilities(self) -> Capabilities:   # each client declares its own
+        raise NotImplementedError
+
+    def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        """Worst-case USD of a call (recursa.models.pricing.estimate of what this client
+        declares); None when the model has no known price."""
+        from .pricing import estimate
+        return estimate(self.capabilities.pricing, input_tokens, output_tokens)
 
     def _warn_unknown(self, options: Any) -> None:
         """Log each option this client does not send, once per client."""
