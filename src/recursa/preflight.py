@@ -45,7 +45,7 @@ class Target:
     provider: str                  # the spec's prefix (openai, anthropic, local, ...) or 'other'
     model: str
     endpoint: str | None = None    # URL to reach (None: nothing to reach)
-    price: str | None = None       # 'free', 'known', 'reported' or None (unknown)
+    price: str | None = None       # 'free', 'known', 'reported', 'declared' or None (unknown)
     missing_key: str | None = None  # the variable that should hold a key that is not set
     local_path: Path | None = None
     endpoint_env: str | None = None  # the provider has no default endpoint: the variable for one
@@ -84,6 +84,10 @@ def target_of_spec(spec: str, *, base_url: str | None = None, api_key: bool = Fa
         t.price = "known"
     elif p is not None and p.reports_cost:
         t.price = "reported"
+    elif p is not None and p.prefix not in _own_prefixes():
+        # another package's provider: its clients declare their prices, which RLM checks
+        # (target_of_client) once they are built, still before any model call
+        t.price = "declared"
     return t
 
 
@@ -104,6 +108,11 @@ def target_of_client(client: ModelClient) -> Target:
     t.endpoint = str(url) if url else None
     t.price = status(caps.pricing)
     return t
+
+
+def _own_prefixes() -> frozenset[str]:
+    from recursa.models.providers import BUILTIN
+    return frozenset(p.prefix for p in BUILTIN)
 
 
 def _registry_name(model: str) -> bool:

@@ -101,6 +101,20 @@ def is_prefix(prefix: str) -> bool:
     return PROVIDERS.known(prefix)
 
 
+def structured_output(client: Any) -> Literal["json_schema", "response_format"] | None:
+    """How a reply of `client` (a ModelClient, or a spec name) is constrained to a JSON schema:
+    what the client declares, else what its provider's clients do (a scripted stand-in named
+    `local:...` is constrained as a local model would be)."""
+    if not isinstance(client, str):
+        declared: Literal["json_schema", "response_format"] | None = \
+            client.capabilities.structured
+        if declared is not None:
+            return declared
+        client = client.name
+    p = provider_of(client)
+    return p.structured if p is not None else None
+
+
 def provider_of(name: str) -> Provider | None:
     """The provider a client's spec name (`prefix:model`) is from, if that prefix is known."""
     prefix, sep, _ = name.partition(":")
