@@ -103,6 +103,22 @@ def test_an_entry_point_provider_is_a_model_spec_for_make_client_and_rlm(plugin_
     assert res.status == "final" and res.answer == "6 chars, said x"
     assert res.cost_usd == pytest.approx(0.001)          # priced by its declaration
     assert provider("THEIRS") is not None                # prefixes are case-insensitive
+    box = RLM(model="theirs:y", sandbox="mybox").completion("How long?", context="abc")
+    assert box.answer == "3 chars, said y"
+
+
+def test_sandbox_kinds_from_packages_are_options_and_unknown_ones_are_plain_words(
+        plugin_dir: Path, capsys: pytest.CaptureFixture[str]):
+    import argparse
+
+    from recursa.options import RLMOptions
+    parser = argparse.ArgumentParser()
+    RLMOptions.add_to(parser)
+    assert parser.parse_args(["--sandbox", "mybox"]).sandbox == "mybox"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--sandbox", "nobox"])
+    err = capsys.readouterr().err
+    assert "unknown sandbox kind 'nobox'" in err and "daytona, mybox" in err
 
 
 def test_an_entry_point_provider_works_from_the_command_line(plugin_dir: Path, tmp_path: Path):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from recursa.sandbox.inprocess import InProcessSandbox
+    from recursa.sandbox.kinds import SandboxKind, register_sandbox
     from recursa.sandbox.local import LocalSandbox
     from recursa.sandbox.session import WorkerSession
     from recursa.sandbox.transport import SubprocessTransport, Transport
@@ -22,10 +23,12 @@ _WHERE = {
     "SubprocessTransport": "recursa.sandbox.transport",
     "Transport": "recursa.sandbox.transport",
     "Sandbox": "recursa.types",
+    "SandboxKind": "recursa.sandbox.kinds",
+    "register_sandbox": "recursa.sandbox.kinds",
 }
 
-__all__ = ["InProcessSandbox", "LocalSandbox", "SubprocessTransport", "Transport",
-           "WorkerSession", "make_sandbox"]
+__all__ = ["InProcessSandbox", "LocalSandbox", "SandboxKind", "SubprocessTransport", "Transport",
+           "WorkerSession", "make_sandbox", "register_sandbox"]
 
 
 def __getattr__(name: str) -> Any:
