@@ -136,8 +136,9 @@ class AnthropicClient(HostedClientState):
     def __repr__(self) -> str:
         return f"AnthropicClient({self.name!r}, base_url={self.base_url!r})"
 
-    @property
-    def capabilities(self) -> Capabilities:
+    _counters = frozenset({"cache_write_tokens"})
+
+    def _declare(self) -> Capabilities:
         # with prompt caching on, input may be billed as cache writes (1.25x): the worst case
         return Capabilities(
             max_output_tokens=self.default_options.get("max_tokens"), streaming=self.stream,

@@ -18,6 +18,32 @@ from ..types import Capabilities, Completion, Message, ModelClient, Pricing, mod
 _warned: set[type] = set()
 
 
+class Declares:
+    """For a client class: `capabilities` built by its `_declare()` once, and again only after
+    one of its public attributes is set (e.g. `client.stream = False`), so a call reads it for
+    the price of an attribute: the dispatcher asks for every call. Mutating an attribute in
+    place (a dict's item) is not seen: assign a new value."""
+
+    _caps: Capabilities | None = None
+    _counters: frozenset[str] = frozenset()     # public attributes a call updates
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if not name.startswith("_") and name not in self._counters and self._caps is not None:
+            object.__setattr__(self, "_caps", None)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        caps = self._caps
+        if caps is None:
+            caps = self._declare()
+            object.__setattr__(self, "_caps", caps)
+        return caps
+
+    def _declare(self) -> Capabilities:
+        raise NotImplementedError
+
+
 def declared(client: Any) -> ModelClient:
     """`client` itself when it declares its capabilities, else an UndeclaredClient over it.
     Not a client at all (no `name` or `complete`): TypeError naming what is missing."""

@@ -105,8 +105,7 @@ class GeminiClient(HostedClientState):
     def __repr__(self) -> str:
         return f"GeminiClient({self.name!r}, base_url={self.base_url!r})"
 
-    @property
-    def capabilities(self) -> Capabilities:
+    def _declare(self) -> Capabilities:
         return Capabilities(
             max_output_tokens=self.default_options.get("max_tokens"), streaming=self.stream,
             images=True, pricing=Pricing(model=self.model, overrides=self.prices),

@@ -77,8 +77,7 @@ class LiteLLMClient(HostedClientState):
     def __repr__(self) -> str:  # never show the key
         return f"LiteLLMClient({self.name!r}, base_url={self.base_url!r})"
 
-    @property
-    def capabilities(self) -> Capabilities:
+    def _declare(self) -> Capabilities:
         # priced by recursa's table when it knows the model; LiteLLM's own map prices the
         # rest after the call (not declared `reported`: that map may not know the model)
         return Capabilities(

@@ -26,6 +26,7 @@ from recursa.models._http import httpx
 from ..images import has_images
 from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
 from . import llama_server
+from .declared import Declares
 from .httppool import LoopPool
 from .streaming import OnDelta, Pieces, StreamCut
 
@@ -36,7 +37,7 @@ _PASS = ("temperature", "stop", "top_p", "top_k", "seed", "repeat_penalty", "min
          "response_format", "grammar", "json_schema", "id_slot", "ignore_eos")
 
 
-class LocalClient:
+class LocalClient(Declares):
     """`LocalClient("qwen2.5-coder-1.5b")` (fetched through the registry on first use) or
     `LocalClient("/path/model.gguf")`. `n_ctx` is the window of each slot; `slots` how many
     requests the server runs at once. Options: max_tokens (default 2048), temperature, stop,
@@ -84,8 +85,7 @@ class LocalClient:
     def context_window(self) -> int:
         return self.n_ctx
 
-    @property
-    def capabilities(self) -> Capabilities:
+    def _declare(self) -> Capabilities:
         return Capabilities(
             context_window=self.n_ctx, max_output_tokens=self.default_options.get("max_tokens"),
             streaming=self.stream, images=self.supports_images, structured="json_schema",

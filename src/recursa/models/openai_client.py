@@ -113,8 +113,7 @@ class OpenAIClient(HostedClientState):
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIClient({self.name!r}, base_url={self.base_url!r})"
 
-    @property
-    def capabilities(self) -> Capabilities:
+    def _declare(self) -> Capabilities:
         return Capabilities(
             max_output_tokens=self.default_options.get("max_tokens"), streaming=self.stream,
             tools=True, images=True, structured="response_format",

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
+from .declared import Declares
 
 
 class ReplayExhausted(ModelError):
@@ -24,7 +25,7 @@ def _chars(messages: list[Message]) -> int:
     return n
 
 
-class ReplayClient:
+class ReplayClient(Declares):
     """Answers from a script.
 
     `responses`: a list of items used in order (a `str` is returned, an `Exception` is raised,
@@ -54,8 +55,7 @@ class ReplayClient:
         self.options: list[dict[str, Any]] = []
         self.closed = False
 
-    @property
-    def capabilities(self) -> Capabilities:
+    def _declare(self) -> Capabilities:
         return Capabilities(
             context_window=self.context_window, tools=self.tools,
             pricing=Pricing() if self.cost_usd is None else Pricing(per_call=self.cost_usd),

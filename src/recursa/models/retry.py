@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..types import Capabilities, ModelError
+from ..types import ModelError
+from .declared import Declares
 
 log = logging.getLogger("recursa.models")
 
@@ -44,7 +45,7 @@ class RetryPolicy:
     max_empty_retries: int = 1
 
 
-class HostedClientState:
+class HostedClientState(Declares):
     """The state every hosted client keeps the same way: retry policy and counters, timeout,
     prices, default options and the set of warnings already logged."""
 
@@ -65,10 +66,6 @@ class HostedClientState:
         self.prices = prices
         self.default_options = dict(default_options or {})
         self._warned = set()
-
-    @property
-    def capabilities(self) -> Capabilities:   # each client declares its own
-        raise NotImplementedError
 
     def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
         """Worst-case USD of a call (recursa.models.pricing.estimate of what this client
