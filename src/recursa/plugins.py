@@ -17,6 +17,7 @@ Standard library only: front ends import this while building their parsers.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
@@ -31,14 +32,17 @@ class PluginError(ValueError):
 class Registry(Generic[T]):
     """Named entries of one kind: built-ins (given by `builtins`, called once on first use),
     entries registered in this process (`register`), and the entry points of `group`.
-    `coerce(name, obj)` turns what an entry point loads into an entry (or raises TypeError)."""
+    An entry is a dataclass `kind` whose first two fields are its name and its factory: an
+    entry point may give one (renamed after the entry point when its name differs) or just
+    the factory."""
 
     def __init__(self, group: str, what: str, builtins: Callable[[], Iterable[tuple[str, T]]],
-                 coerce: Callable[[str, Any], T]):
+                 kind: type[T]):
         self.group = group
         self.what = what
         self._builtins_fn = builtins
-        self._coerce = coerce
+        self._kind = kind
+        self._key = dataclasses.fields(kind)[0].name      # type: ignore[arg-type]
         self._lock = threading.Lock()
         self._builtin: dict[str, T] | None = None
         self._registered: dict[str, T] = {}
@@ -89,6 +93,15 @@ class Registry(Generic[T]):
         with self._lock:
             self._points = None
             self._loaded.clear()
+
+    def _coerce(self, name: str, obj: Any) -> T:
+        if isinstance(obj, self._kind):
+            same = getattr(obj, self._key) == name
+            return obj if same else dataclasses.replace(obj, **{self._key: name})  # type: ignore[type-var]
+        if callable(obj):
+            return self._kind(name, obj)      # type: ignore[call-arg]
+        raise TypeError(f"expected a {self._kind.__module__}.{self._kind.__name__} or a "
+                        f"factory, got {type(obj).__name__}")
 
     def _entry_points(self) -> dict[str, Any]:
         points = self._points

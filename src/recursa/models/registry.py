@@ -14,7 +14,7 @@ loaded on first use: naming `openai:...` never reads the other packages' metadat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from recursa.plugins import Registry
@@ -62,22 +62,13 @@ class Provider:
         return self.factory(model, name=name, **given, **opts)
 
 
-def _coerce(name: str, obj: Any) -> Provider:
-    if isinstance(obj, Provider):
-        return obj if obj.prefix == name else replace(obj, prefix=name)
-    if callable(obj):
-        return Provider(prefix=name, factory=obj)
-    raise TypeError(f"expected a recursa.models.registry.Provider or a client factory, got "
-                    f"{type(obj).__name__}")
-
-
 def _builtins() -> Iterable[tuple[str, Provider]]:
     from .providers import BUILTIN
     return ((p.prefix, p) for p in BUILTIN)
 
 
 PROVIDERS: Registry[Provider] = Registry("recursa.providers", "model provider", _builtins,
-                                         _coerce)
+                                         Provider)
 
 
 def register_provider(provider: Provider, *, replace: bool = False) -> None:

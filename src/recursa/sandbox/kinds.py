@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -143,15 +143,6 @@ REMOTE_KINDS = tuple(k.name for k in BUILTIN if k.launcher)
 
 
 # ---------------------------------------------------------------- the registry
-def _coerce(name: str, obj: Any) -> SandboxKind:
-    if isinstance(obj, SandboxKind):
-        return obj if obj.name == name else replace(obj, name=name)
-    if callable(obj):
-        return SandboxKind(name=name, factory=obj)
-    raise TypeError(f"expected a recursa.sandbox.kinds.SandboxKind or a sandbox factory, got "
-                    f"{type(obj).__name__}")
-
-
 def _builtins() -> Iterable[tuple[str, SandboxKind]]:
     for k in BUILTIN:
         yield k.name, k
@@ -159,7 +150,8 @@ def _builtins() -> Iterable[tuple[str, SandboxKind]]:
             yield alias, k
 
 
-KINDS: Registry[SandboxKind] = Registry("recursa.sandboxes", "sandbox kind", _builtins, _coerce)
+KINDS: Registry[SandboxKind] = Registry("recursa.sandboxes", "sandbox kind", _builtins,
+                                        SandboxKind)
 
 
 def register_sandbox(kind: SandboxKind, *, replace: bool = False) -> None:
