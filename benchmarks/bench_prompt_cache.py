@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import sys
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +68,7 @@ class Recorder:
 
     @property
     def capabilities(self) -> Capabilities:   # the wrapped client's prices; no astream here
-        return replace(self.client.capabilities, streaming=False)
+        return self.client.capabilities._replace(streaming=False)
 
     async def aclose(self) -> None:
         await self.client.aclose()

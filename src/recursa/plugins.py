@@ -17,7 +17,6 @@ Standard library only: front ends import this while building their parsers.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
@@ -32,7 +31,7 @@ class PluginError(ValueError):
 class Registry(Generic[T]):
     """Named entries of one kind: built-ins (given by `builtins`, called once on first use),
     entries registered in this process (`register`), and the entry points of `group`.
-    An entry is a dataclass `kind` whose first two fields are its name and its factory: an
+    An entry is a NamedTuple `kind` whose first two fields are its name and its factory: an
     entry point may give one (renamed after the entry point when its name differs) or just
     the factory."""
 
@@ -42,7 +41,7 @@ class Registry(Generic[T]):
         self.what = what
         self._builtins_fn = builtins
         self._kind = kind
-        self._key = dataclasses.fields(kind)[0].name      # type: ignore[arg-type]
+        self._key: str = kind._fields[0]      # type: ignore[attr-defined]
         self._lock = threading.Lock()
         self._builtin: dict[str, T] | None = None
         self._registered: dict[str, T] = {}
@@ -97,7 +96,7 @@ class Registry(Generic[T]):
     def _coerce(self, name: str, obj: Any) -> T:
         if isinstance(obj, self._kind):
             same = getattr(obj, self._key) == name
-            return obj if same else dataclasses.replace(obj, **{self._key: name})  # type: ignore[type-var]
+            return obj if same else obj._replace(**{self._key: name})  # type: ignore[attr-defined]
         if callable(obj):
             return self._kind(name, obj)      # type: ignore[call-arg]
         raise TypeError(f"expected a {self._kind.__module__}.{self._kind.__name__} or a "

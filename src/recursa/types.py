@@ -6,22 +6,10 @@ Every other module codes against these names; keep them small and stable.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field, model_validator
-
-if TYPE_CHECKING:
-    from recursa.capabilities import Capabilities as Capabilities
-    from recursa.capabilities import Pricing as Pricing
-
-
-def __getattr__(name: str) -> Any:
-    # Capabilities and Pricing live in recursa.capabilities, imported on first use: their
-    # dataclass methods are generated at import, which `import recursa` need not pay for
-    if name in ("Capabilities", "Pricing"):
-        from recursa import capabilities
-        return getattr(capabilities, name)
-    raise AttributeError(f"module 'recursa.types' has no attribute {name!r}")
 
 Message = dict[str, Any]  # {"role": "system"|"user"|"assistant", "content": str}
 
@@ -86,6 +74,53 @@ class Completion(BaseModel):
     latency_s: float = 0.0
     cached: bool = False                # replayed from the response cache: no model was called
     raw: Any = Field(default=None, exclude=True, repr=False)
+
+
+class Pricing(NamedTuple):
+    """How a client's calls are priced: declared by the client, priced by one owner
+    (`recursa.models.pricing`: `estimate` before a call, `charge` after it, `status` for
+    preflight). Nothing declared means "no known price": a cost limit then refuses to start.
+
+    `model`: the name the price table knows the model by (with `overrides`, the prices given to
+    this client, winning); `per_call`: a flat USD per call whatever its size (0.0: free);
+    `estimate`: the client's own worst case `(input_tokens, output_tokens) -> USD | None`;
+    `reported`: the provider reports what each call cost (`Completion.cost_usd`), so a run can
+    keep a cost limit without a table price; `cache_writes`: prompt caching may bill input at
+    the cache-write rate, which a worst case must assume."""
+
+    model: str | None = None
+    overrides: Mapping[str, Any] | None = None
+    per_call: float | None = None
+    estimate: Callable[[int, int], float | None] | None = None
+    reported: bool = False
+    cache_writes: bool = False
+
+
+class Capabilities(NamedTuple):
+    """What a model client can do, declared by the client (`ModelClient.capabilities`), so
+    recursa reads a declaration instead of probing the client for methods and attributes.
+
+    `context_window`: tokens it reads at once (None: unknown; recursa assumes a large window).
+    `max_output_tokens`: its reply cap when a call sets none. `streaming`: it has
+    `astream(messages, on_delta, **options)` (see recursa.models.streaming). `tools`: it takes
+    OpenAI-style `tools=[...]` and returns the calls in `Completion.raw` (else tools go by the
+    text protocol of recursa.tools). `images`: it takes image parts in messages. `structured`:
+    how a reply is constrained to a JSON schema ("json_schema": llama.cpp's option;
+    "response_format": OpenAI's), None: not at all. `pricing`: see Pricing. `identity`: what
+    names the model behind the client for the response cache (never a key); empty: its name.
+
+    Pricing and Capabilities are NamedTuples, not dataclasses: a dataclass generates its
+    methods when its module is imported, ~10x the cost (they are on every run's import path);
+    change one with `caps._replace(streaming=False)`."""
+
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    streaming: bool = False
+    tools: bool = False
+    images: bool = False
+    structured: Literal["json_schema", "response_format"] | None = None
+    pricing: Pricing = Pricing()
+    identity: Mapping[str, Any] = MappingProxyType({})
 
 
 def model_identity(name: str, model: str = "", base_url: str | None = None,

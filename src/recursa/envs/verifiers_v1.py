@@ -30,7 +30,6 @@ is why the env defaults to the `subprocess` runtime and needs no container.
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 from typing import Any
 
 from recursa.extras import MissingExtra
@@ -134,8 +133,8 @@ class _Tagged:
         self.name = client.name
         # the policy client's declaration, without streaming (no astream here) and with
         # native tools as the harness says
-        self.capabilities: Capabilities = replace(client.capabilities, streaming=False,
-                                                  tools=native_tools)
+        self.capabilities: Capabilities = client.capabilities._replace(streaming=False,
+                                                                       tools=native_tools)
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
         rid = f"{self.calls.prefix}-{'r' if self.root else 's'}{next(self.calls.ids)}"

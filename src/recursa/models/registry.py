@@ -14,16 +14,14 @@ loaded on first use: naming `openai:...` never reads the other packages' metadat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from recursa.plugins import Registry
 
 Factory = Callable[..., Any]      # (model, *, name, [base_url, api_key, prices], **opts) -> client
 
 
-@dataclass(frozen=True)
-class Provider:
+class Provider(NamedTuple):
     """One provider: how its clients are built, and what the checks before a run need to know
     about it before any client exists (recursa.preflight).
 

@@ -13,9 +13,8 @@ import importlib
 import importlib.util
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from recursa.plugins import Registry
 
@@ -25,8 +24,7 @@ if TYPE_CHECKING:
 Check = Callable[[Mapping[str, Any]], "list[str] | Awaitable[list[str]]"]
 
 
-@dataclass(frozen=True)
-class SandboxKind:
+class SandboxKind(NamedTuple):
     """One kind of sandbox. `factory(**options)` builds it; `check(options)` (optional, may be
     async) lists what keeps it from starting here (a missing engine, SDK or credentials), for
     the checks before a run; `launcher` ("module:Class"): a remote kind's launcher (see
