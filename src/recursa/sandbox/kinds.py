@@ -9,8 +9,6 @@ list the kinds while building their parsers.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
@@ -39,6 +37,7 @@ class SandboxKind(NamedTuple):
 
 
 def _import(path: str) -> Any:
+    import importlib
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr)
 
@@ -92,6 +91,7 @@ def _sdk_check(kind: str, module: str, extra: str,
                credentials: Callable[[Mapping[str, Any]], str | None]) -> Check:
     """The SDK is installed and credentials are found (`credentials` says what is missing)."""
     def check(options: Mapping[str, Any]) -> list[str]:
+        import importlib.util
         if importlib.util.find_spec(module) is None:
             from recursa.extras import MissingExtra
             return [str(MissingExtra(extra, f"sandbox={kind!r}", module=module))]
