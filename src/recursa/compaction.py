@@ -46,8 +46,7 @@ def history_budget(env: RunEnv) -> int | None:
     bounds = []
     if window:
         out = env.root_options.get("max_tokens") or \
-            (getattr(client, "default_options", None) or {}).get("max_tokens") or \
-            DEFAULT_TURN_TOKENS
+            client.capabilities.max_output_tokens or DEFAULT_TURN_TOKENS
         bounds.append(int(int(window) * WINDOW_FILL) - min(int(out), int(window) // 4))
     if env.max_history_tokens:
         bounds.append(int(env.max_history_tokens))

@@ -13,7 +13,7 @@ import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from recursa import combinators
 from recursa import images as img
@@ -28,6 +28,7 @@ from recursa.types import (
     ModelClient,
     ModelError,
     RecursaError,
+    StreamingModelClient,
 )
 
 if TYPE_CHECKING:
@@ -71,18 +72,10 @@ async def wall_limit(ledger: Ledger, what: str) -> AsyncIterator[None]:
 
 
 def estimate_cost(client: ModelClient, input_tokens: int, output_tokens: int) -> float | None:
-    """Worst-case USD of a call, for the reservation; None when the model has no known price."""
-    est = getattr(client, "estimate_cost", None)
-    if est is not None:
-        try:
-            return est(input_tokens, output_tokens)
-        except Exception:
-            return None
-    from recursa.models.pricing import price_for
-    price = price_for(str(getattr(client, "model", "") or client.name))
-    if price is None:
-        return None
-    return (input_tokens * price.input + output_tokens * price.output) / 1_000_000
+    """Worst-case USD of a call, for the reservation; None when the model has no known price.
+    (recursa.models.pricing prices what the client declares.)"""
+    from recursa.models.pricing import estimate
+    return estimate(client.capabilities.pricing, input_tokens, output_tokens)
 
 
 def text_tokens(text: str) -> int:
@@ -116,10 +109,12 @@ class Dispatcher:
         None: every `rlm_query` is a plain sub-call."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        from recursa.models.declared import declared
         self.ledger = ledger
         self.tracer = tracer
-        self.sub_client = sub_client
-        self.clients = clients          # the models sandboxed code may name, by spec
+        self.sub_client = declared(sub_client)
+        # the models sandboxed code may name, by spec
+        self.clients = {k: declared(c) for k, c in clients.items()}
         self.sem = asyncio.Semaphore(concurrency)
         self.max_depth = max_depth
         self.sub_options = sub_options or {}
@@ -157,10 +152,12 @@ class Dispatcher:
                 self.inflight += 1
                 self.peak_inflight = max(self.peak_inflight, self.inflight)
                 try:
-                    # streams when asked and the client can (models/streaming.py)
-                    stream = getattr(client, "astream", None) if on_delta else None
-                    comp = await (stream(messages, on_delta, **options) if stream
-                                  else client.complete(messages, **options))
+                    # streams when asked and the client declares it can (models/streaming.py)
+                    if on_delta is not None and client.capabilities.streaming:
+                        comp = await cast(StreamingModelClient, client).astream(
+                            messages, on_delta, **options)
+                    else:
+                        comp = await client.complete(messages, **options)
                 except ModelError as e:
                     # the client's timeout fired at the run's wall-time limit: a limit, not a
                     # model failure

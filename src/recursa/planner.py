@@ -165,10 +165,11 @@ def request(env: RunEnv, query: str, description: str) -> tuple[list[dict[str, A
                                                              description=description)}]
     options = {**env.root_options, "temperature": 0.0, "max_tokens": PLAN_MAX_TOKENS}
     schema = plan_schema()
-    provider = env.root_client.name.split(":", 1)[0]
-    if provider == "local":
+    from recursa.models.registry import structured_output
+    how = structured_output(env.root_client)
+    if how == "json_schema":
         options["json_schema"] = schema
-    elif provider in ("openai", "vllm", "openrouter", "azure"):
+    elif how == "response_format":
         options["response_format"] = {"type": "json_schema", "json_schema": {
             "name": "plan", "schema": {"type": "object", "properties": {"choice": schema},
                                        "required": ["choice"]}}}

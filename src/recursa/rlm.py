@@ -225,8 +225,10 @@ class RLM:
     def _client(self, spec: str | ModelClient, base_url: str | None, api_key: str | None,
                 owned: list[ModelClient]) -> ModelClient:
         from recursa.models.cache import cached
-        if not isinstance(spec, str):
-            return cached(spec, self.cache, nondeterministic=self.cache_nondeterministic)
+        if not isinstance(spec, str):    # a client object: it declares what it can do
+            from recursa.models.declared import declared
+            return cached(declared(spec), self.cache,
+                          nondeterministic=self.cache_nondeterministic)
         from recursa.models import make_run_client
         opts = {**self.client_options, **({"prices": self.prices} if self.prices else {})}
         client = make_run_client(spec, opts, base_url=base_url, api_key=api_key)
@@ -263,15 +265,10 @@ class RLM:
 
 
 def _check_spec(spec: Any) -> None:
-    """Fail at construction, not mid-run, on a spec no client can serve."""
-    if not isinstance(spec, str) or spec.startswith("replay-file:"):
-        return
-    from recursa.models import PREFIXES, _bad_spec
-    prefix, sep, _ = spec.partition(":")
-    if not sep:
-        raise _bad_spec(spec, "no provider prefix")
-    if prefix.strip().lower() not in PREFIXES:
-        raise _bad_spec(spec, f"unknown prefix {prefix!r}")
+    """Fail at construction, not mid-run, on a spec no provider serves."""
+    if isinstance(spec, str):
+        from recursa.models import provider_for_spec
+        provider_for_spec(spec)
 
 
 def _context_chars(client: ModelClient) -> int:

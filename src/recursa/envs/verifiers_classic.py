@@ -43,7 +43,15 @@ from recursa.envs.base import Env, check_variant, get_env
 from recursa.parse import code_blocks, format_cell
 from recursa.tools import ToolSet, call_tool, parse_text_calls
 from recursa.trace import CallbackSink, Tracer
-from recursa.types import Completion, Event, Message, ModelClient, ModelError, Usage
+from recursa.types import (
+    Capabilities,
+    Completion,
+    Event,
+    Message,
+    ModelClient,
+    ModelError,
+    Usage,
+)
 
 
 # ==================================================================== clients
@@ -121,6 +129,8 @@ class PolicyClient:
         self.client, self.model = client, model
         self.name = f"policy:{model}"
         self.sampling_args = dict(sampling_args or {})
+        # the trainer's policy: no price, window or streaming recursa could rely on
+        self.capabilities = Capabilities()
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
         t0 = time.perf_counter()
