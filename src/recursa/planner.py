@@ -27,7 +27,7 @@ from recursa import prompts
 from recursa.types import BudgetExceeded, ModelError
 
 if TYPE_CHECKING:
-    from recursa.loop import RunEnv, _Run
+    from recursa.loop import Run, RunEnv
 
 STRATEGIES = ("code", "plan", "auto")
 PLAN_MAX_TOKENS = 400
@@ -351,7 +351,7 @@ def describe(plan: Any) -> str:
 
 
 # ------------------------------------------------------------------ the planned step
-async def run_plan(run: _Run, description: str) -> None:
+async def run_plan(run: Run, description: str) -> None:
     """The plan turn of `run` (a top-level run in plan mode): ask, bound, run, and put the
     results (or why there are none) into the root's first message."""
     env, st = run.env, run.st
@@ -407,7 +407,7 @@ async def run_plan(run: _Run, description: str) -> None:
     st.seen.append(plain_digits(output))
 
 
-async def _cell(run: _Run, turn: Any, index: int, code: str) -> Any:
+async def _cell(run: Run, turn: Any, index: int, code: str) -> Any:
     cell_id = turn.cell(index, code)
     run.node.parent = cell_id
     cell = await run._run_cell(code)
@@ -430,11 +430,11 @@ def _over_budget(env: RunEnv, bound: dict[str, Any]) -> str | None:
     return None
 
 
-def _note(run: _Run, why: str) -> None:
+def _note(run: Run, why: str) -> None:
     _preface(run, FELL_BACK.format(why=why))
 
 
-def _preface(run: _Run, text: str, replace_start: bool = False) -> None:
+def _preface(run: Run, text: str, replace_start: bool = False) -> None:
     """Add `text` to the root's first message (before its first code turn); with results,
     in place of its "start by exploring" line, which would contradict them."""
     msg = run.messages[1]
