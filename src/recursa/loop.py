@@ -421,7 +421,7 @@ class Run:
             cell_id = turn.cell(i, block)
             self.node.parent = cell_id    # sub-calls and children hang under the cell
             try:
-                cell = await self._run_cell(block)
+                cell = await self.run_cell(block)
             except asyncio.CancelledError:
                 turn.cell_end(cell_id, Cell(error="cancelled"), "")
                 raise
@@ -450,7 +450,7 @@ class Run:
                       f"Output: {abridge(st.last_shown, 160)}")
         return st.last_failed
 
-    async def _run_cell(self, code: str) -> Cell:
+    async def run_cell(self, code: str) -> Cell:
         """One cell, cut at the run's time limit (its REPL state is then lost: the worker is
         stopped and restarts if another cell runs)."""
         env = self.env
