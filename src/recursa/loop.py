@@ -548,8 +548,11 @@ class Run:
         # use of the HTTP stack imports it (~0.1 s): a local sandbox then boots on another core
         # meanwhile instead of after the request (benchmarks/bench_startup.py).
         await asyncio.sleep(0)
-        st.messages = _first_messages(env, self.query, prep.description, self.output,
-                                      env.preface if self.depth == 0 else None)
+        st.messages = first_messages(
+            self.query, prep.description, max_output_chars=env.max_output_chars,
+            sub_context_chars=env.sub_context_chars, tips=env.tips, tool_names=env.tool_names,
+            system_template=env.system_template, example=env.example, output=self.output,
+            preface=env.preface if self.depth == 0 else None)
         st.first_user = st.messages[1]["content"]
         st.seen.append(plain_digits(st.first_user))
         st.full = list(st.messages)
@@ -636,15 +639,20 @@ class Run:
                            trace_path=self.env.trace_path)
 
 
-def _first_messages(env: RunEnv, query: str, description: str,
-                    output: OutputSpec | None, preface: str | None = None) -> list[Message]:
+def first_messages(query: str, description: str, *, max_output_chars: int = 8192,
+                   sub_context_chars: int = 100_000, tips: str | None = None,
+                   tool_names: list[str] | None = None, system_template: str | None = None,
+                   example: bool = True, output: OutputSpec | None = None,
+                   preface: str | None = None) -> list[Message]:
+    """A run's system and first user message (a verifiers dataset's prompt is built here too,
+    so the policy sees what the step machine records)."""
     first_line = description.splitlines()[0] if description else ""
     ctype = first_line.removeprefix("source: ") if first_line.startswith("source:") else first_line
     system = prompts.system_prompt(context_type=ctype.removeprefix("type: "),
-                                   max_output_chars=env.max_output_chars,
-                                   sub_chars=env.sub_context_chars, tips=env.tips,
-                                   tool_names=env.tool_names, template=env.system_template,
-                                   example=env.example, search=search_available())
+                                   max_output_chars=max_output_chars,
+                                   sub_chars=sub_context_chars, tips=tips,
+                                   tool_names=tool_names, template=system_template,
+                                   example=example, search=search_available())
     first = prompts.FIRST_USER.format(query=query, description=description)
     if preface:
         first += "\n\n" + preface

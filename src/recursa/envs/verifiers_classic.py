@@ -40,7 +40,7 @@ from recursa import context as ctx
 from recursa import prompts
 from recursa.budget import Budget, Ledger
 from recursa.envs.base import Env, check_variant, get_env
-from recursa.loop import Ask, Run, RunEnv
+from recursa.loop import Ask, Run, RunEnv, first_messages
 from recursa.tools import ToolSet, call_tool, parse_text_calls
 from recursa.trace import CallbackSink, Tracer
 from recursa.types import Completion, Event, Message, ModelClient, ModelError, Result, Usage
@@ -314,15 +314,11 @@ def _prompt(env: Env, variant: str, inst: Any, max_output_chars: int) -> list[Me
         return msgs
     with tempfile.TemporaryDirectory(prefix="recursa-vf-") as d:
         prep = ctx.prepare(env.rlm_context(inst), Path(d))
-    first = prep.description.splitlines()[0] if prep.description else ""
-    ctype = first.removeprefix("source: ").removeprefix("type: ")
     tools = env.tools(inst)
-    system = prompts.system_prompt(context_type=ctype, max_output_chars=max_output_chars,
-                                   tips=env.tips_for(variant),
-                                   tool_names=[t.__name__ for t in tools] or None)
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": prompts.FIRST_USER.format(
-                query=env.rlm_query(inst), description=prep.description)}]
+    # the step machine of each rollout writes the same messages (RecursaEnv.setup_state)
+    return first_messages(env.rlm_query(inst), prep.description,
+                          max_output_chars=max_output_chars, tips=env.tips_for(variant),
+                          tool_names=ToolSet.of(tools).names if tools else None)
 
 
 def load_environment(env: str = "oolong", variant: str = "rlm", *, num_examples: int = 20,
