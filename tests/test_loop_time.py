@@ -144,6 +144,9 @@ def test_local_model_run_stops_near_its_time_limit(tmp_path: Path) -> None:
     res = rlm.completion("Add up every value whose key number is a multiple of 7 and explain "
                          "each step in detail.", context=ctx)
     wall = time.monotonic() - t0
+    assert res.elapsed_s < 20 + SLACK, res.elapsed_s      # the run itself keeps the promise
+    # the call returns once the event loop has shut down: a llama-server still starting in a
+    # worker thread (a cold, loaded machine) holds it up
     assert wall < 20 + SLACK + 1.0, wall
     tr = load(trace)
     assert tr.finished and not tr.open_nodes
