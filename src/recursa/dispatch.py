@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -49,26 +49,11 @@ class Node:
     role: str = "sub"      # role charged for calls made from this node
 
 
-@contextlib.asynccontextmanager
-async def wall_limit(ledger: Ledger, what: str) -> AsyncIterator[None]:
-    """Cut whatever runs inside at the run's `max_seconds` (the call, the cell, the wait for a
-    slot): it is cancelled there and `BudgetExceeded("max_seconds")` raised instead. A client's
-    own timeout cannot promise that: retries start the clock again, and a streamed reply
-    resets it with every chunk."""
-    remaining = ledger.remaining_seconds()
-    if remaining is None:
-        yield
-        return
-    if remaining <= 0:
-        raise BudgetExceeded("max_seconds", f"max_seconds reached before {what}")
-    cm = asyncio.timeout(remaining)
-    try:
-        async with cm:
-            yield
-    except TimeoutError as e:
-        if not cm.expired():
-            raise
-        raise BudgetExceeded("max_seconds", f"max_seconds reached during {what}") from e
+def wall_limit(ledger: Ledger, what: str, *, final: bool = False
+               ) -> contextlib.AbstractAsyncContextManager[None]:
+    """Cut whatever runs inside at the run's deadline (recursa.deadline owns `max_seconds`):
+    the call, the cell, the wait for a slot; `final`: at the very end (the last-answer turn)."""
+    return ledger.deadline.cut(what, final=final)
 
 
 def estimate_cost(client: ModelClient, input_tokens: int, output_tokens: int) -> float | None:
@@ -140,12 +125,11 @@ class Dispatcher:
             cost = self._cost_seen.get(client.name)
         res = self.ledger.reserve(tokens=est_in + est_out, cost=cost, subcall=subcall,
                                   force=force)
-        remaining = None if force else self.ledger.remaining_seconds()
+        # a forced call (the root's last-answer turn) runs in the time reserved for it
+        remaining = self.ledger.deadline.left(final=force)
         if remaining is not None:
             options["timeout"] = max(1.0, min(remaining, options.get("timeout") or remaining))
-        # a forced call (the root's last-answer turn) brings its own timeout
-        limit = contextlib.nullcontext() if force else \
-            wall_limit(self.ledger, f"a call to {client.name}")
+        limit = wall_limit(self.ledger, f"a call to {client.name}", final=force)
         comp: Completion | None = None
         try:
             async with limit, self.sem:
@@ -161,8 +145,7 @@ class Dispatcher:
                 except ModelError as e:
                     # the client's timeout fired at the run's wall-time limit: a limit, not a
                     # model failure
-                    if remaining is not None and \
-                            self.ledger.limit_reached(subcalls=False) == "max_seconds":
+                    if remaining is not None and self.ledger.deadline.reached(final=force):
                         raise BudgetExceeded("max_seconds", f"max_seconds reached during a "
                                              f"call to {client.name} ({e})") from e
                     raise

@@ -19,15 +19,49 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
 
 from recursa import prompts
-from recursa.types import BudgetExceeded, ModelError
+from recursa.budget import Budget, Ledger
+from recursa.dispatch import Dispatcher, Node
+from recursa.recorder import RunRecorder
+from recursa.state import RunState
+from recursa.trace import Tracer
+from recursa.types import BudgetExceeded, Cell, Message, ModelClient, ModelError
 
-if TYPE_CHECKING:
-    from recursa.loop import RunEnv, _Run
+
+class RunEnv(Protocol):
+    """What the plan step reads of a run's shared settings (recursa.loop.RunEnv)."""
+
+    budget: Budget
+    ledger: Ledger
+    tracer: Tracer
+    dispatcher: Dispatcher
+    root_client: ModelClient
+    root_options: dict[str, Any]
+    max_output_chars: int
+    strategy: str
+
+
+class Run(Protocol):
+    """What the plan step uses of a run (recursa.loop.Run): no import of the loop, which
+    calls this module."""
+
+    st: RunState
+    rec: RunRecorder
+    query: str
+    depth: int
+    node: Node
+
+    @property
+    def env(self) -> RunEnv: ...
+
+    @property
+    def messages(self) -> list[Message]: ...
+
+    async def run_cell(self, code: str) -> Cell: ...
 
 STRATEGIES = ("code", "plan", "auto")
 PLAN_MAX_TOKENS = 400
@@ -386,7 +420,7 @@ def describe(plan: Any) -> str:
 
 
 # ------------------------------------------------------------------ the planned step
-async def run_plan(run: _Run, description: str) -> None:
+async def run_plan(run: Run, description: str) -> None:
     """The plan turn of `run` (a top-level run in plan mode): ask, bound, run, and put the
     results (or why there are none) into the root's first message."""
     env, st = run.env, run.st
@@ -442,10 +476,10 @@ async def run_plan(run: _Run, description: str) -> None:
     st.seen.append(plain_digits(output))
 
 
-async def _cell(run: _Run, turn: Any, index: int, code: str) -> Any:
+async def _cell(run: Run, turn: Any, index: int, code: str) -> Any:
     cell_id = turn.cell(index, code)
     run.node.parent = cell_id
-    cell = await run._run_cell(code)
+    cell = await run.run_cell(code)
     turn.cell_end(cell_id, cell, cell.stdout or cell.error or "")
     run.st.cells_run += 1
     run.st.variables = list(cell.variables)
@@ -465,11 +499,11 @@ def _over_budget(env: RunEnv, bound: dict[str, Any]) -> str | None:
     return None
 
 
-def _note(run: _Run, why: str) -> None:
+def _note(run: Run, why: str) -> None:
     _preface(run, FELL_BACK.format(why=why))
 
 
-def _preface(run: _Run, text: str, replace_start: bool = False) -> None:
+def _preface(run: Run, text: str, replace_start: bool = False) -> None:
     """Add `text` to the root's first message (before its first code turn); with results,
     in place of its "start by exploring" line, which would contradict them."""
     msg = run.messages[1]
