@@ -283,3 +283,24 @@ def test_inprocess_cells_and_the_host_parse_under_one_lock() -> None:
     assert done.wait(10)
     t.join()
     assert parse_python("y = 2").body    # and the host's own parse still works
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_cancel_that_lands_as_a_call_returns_still_cancels_the_cell(
+        kind, tmp_path, sandboxes):
+    """Cancelled right as the cell's llm_query is answered, the run stops at once. (Python
+    3.11's asyncio.wait_for returned the event that had just arrived and dropped the cancel, so
+    the cell ran to its end.)"""
+    answered = asyncio.Event()
+
+    async def handler(kind: str, args: dict[str, Any]) -> Any:
+        answered.set()
+        return "ok"
+    sb = await sandboxes(kind, payload_for(tmp_path, "c"), handler)
+    task = asyncio.create_task(run(sb, "llm_query('go')\nimport time\ntime.sleep(5)"))
+    await asyncio.wait_for(answered.wait(), 20)
+    t0 = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - t0 < 2
