@@ -109,10 +109,15 @@ async def test_memory_bomb_is_contained(mode, local):
 
 
 async def test_cancelled_run_restarts_before_next_cell(local):
-    sb = await local(isolation="limits")
+    running = asyncio.Event()
+
+    async def handler(kind, args):     # the cell's first line: it is running now
+        running.set()
+        return "ok"
+    sb = await local(isolation="limits", handler=handler)
     await run(sb, "gone = 1")
-    task = asyncio.create_task(run(sb, "import time\ntime.sleep(30)"))
-    await asyncio.sleep(0.3)
+    task = asyncio.create_task(run(sb, "llm_query('running')\nimport time\ntime.sleep(30)"))
+    await asyncio.wait_for(running.wait(), 20)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
