@@ -3,9 +3,8 @@
 Helpers that tests import live in modules of their own (helpers_*.py, openai_testserver.py,
 provider_fakes.py, ...): a test module never imports another test module.
 
-`make test` runs the suite on two pytest-xdist workers with `--dist loadgroup`: every test
-marked `model` joins one group, so they run one after another on one worker and share its
-llama-server (never two at once on a 2-core machine), while the other worker runs the rest.
+`make test` runs the model tests in one pytest process (so two llama-servers never compete for a
+2-core machine) and the rest beside it on two pytest-xdist workers.
 """
 
 from __future__ import annotations
@@ -13,12 +12,6 @@ from __future__ import annotations
 import pytest
 
 QWEN = "qwen2.5-coder-1.5b"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("model") and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group("model"))
 
 
 @pytest.fixture(scope="session")
