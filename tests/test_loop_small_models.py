@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from helpers_scripted import repl
 from recursa import RLM, prompts
 from recursa.compaction import history_budget
 from recursa.compaction import msg_tokens as _msg_tokens
@@ -28,10 +29,6 @@ from recursa.trace import load
 from recursa.types import Capabilities, Completion, Message
 
 CTX = "".join(f"line {i:04d}: the quick brown fox jumps over the lazy dog\n" for i in range(400))
-
-
-def repl(code: str) -> str:
-    return f"```repl\n{code}\n```"
 
 
 class Recording:

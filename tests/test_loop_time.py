@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from helpers_scripted import repl
 from openai_testserver import Fault, OpenAITestServer
 from recursa import RLM
 from recursa.models.openai_client import OpenAIClient
@@ -24,10 +25,6 @@ from recursa.trace import load
 MAX_S = 1.5
 SLACK = 1.0          # the promise: at most 1 s past max_seconds (+ the last turn)
 HANG = Fault.hang(60)
-
-
-def repl(code: str) -> str:
-    return f"```repl\n{code}\n```"
 
 
 def _user(req: dict[str, Any]) -> str:
