@@ -296,7 +296,7 @@ def _extensions() -> list[Any]:
     import importlib.util
     out = []
     for mod in ("recursa.models.runtime_cli", "recursa.bench.cli", "recursa.viewer.cli",
-                "recursa.server.cli", "recursa.envs.cli", "recursa.chat"):
+                "recursa.server.cli", "recursa.envs.cli", "recursa.chat", "recursa.batch.cli"):
         try:
             present = importlib.util.find_spec(mod) is not None
         except ModuleNotFoundError:   # the parent package is absent

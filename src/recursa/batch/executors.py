@@ -171,3 +171,16 @@ class RayExecutor:
                 except Exception as exc:
                     log.debug("could not cancel a ray task: %r", exc)
             raise
+
+
+def add_executor_options(parser: Any, what: str = "instances") -> None:
+    """`--executor local|ray`, `--address`, `--ray-env` (bench run, envs, batch)."""
+    parser.add_argument("--executor", choices=["local", "ray"], default="local",
+                        help=f"local: --concurrency {what} on this machine's event loop; "
+                             f"ray: one Ray task per {what[:-1]} (pip install 'recursa[ray]')")
+    parser.add_argument("--address", default=None,
+                        help="ray: the cluster to join (e.g. auto, ray://HOST:10001); "
+                             "default: start a local Ray instance")
+    parser.add_argument("--ray-env", action="append", default=[], metavar="NAME",
+                        help="ray: copy this environment variable (e.g. an API key) into the "
+                             "tasks; may be repeated")

@@ -94,8 +94,7 @@ def _as_item(x: Any, query: str | None) -> BatchItem:
     if isinstance(x, BatchItem):
         return x
     if isinstance(x, dict) and "context" in x:
-        q = x.get("query", query)
-        return BatchItem(query=q, context=x["context"], key=str(x.get("key") or ""),
+        return BatchItem(query=str(x.get("query") or query or ""), context=x["context"], key=str(x.get("key") or ""),
                          source=x.get("source"))
     if isinstance(x, tuple) and len(x) == 2:
         return BatchItem(query=x[0], context=x[1],

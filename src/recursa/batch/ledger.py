@@ -97,11 +97,10 @@ class BatchLedger:
                                          subcall=False)
             except BudgetExceeded as e:
                 self._t.refused += 1
-                reached = self._ledger.limit_reached()
-                if final or reached in ("max_seconds", "max_cost_usd", "max_tokens"):
+                self._ledger.exhausted = None    # a refusal alone does not end the batch...
+                reached = self._ledger.limit_reached()   # ...settled spend at a limit does
+                if final or reached:
                     self.stopped = reached or e.limit
-                else:
-                    self._ledger.exhausted = None    # not final: in-flight attempts may free it
                 return None, self.stopped or e.limit
             n = self._t.attempts.get(key, 0) + 1
             self._t.attempts[key] = n

@@ -22,7 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 from recursa.batch.executors import RayExecutor as _RayExecutor
-from recursa.batch.executors import RunFn
+from recursa.batch.executors import (
+    RunFn,
+    add_executor_options,  # noqa: F401 (bench run, envs)
+)
 from recursa.batch.executors import require_ray as _require_ray  # noqa: F401 (its old home)
 
 from .methods import method_label
@@ -60,19 +63,6 @@ class RayExecutor(_RayExecutor):
                  on_error: Callable[[dict[str, Any], str], dict[str, Any]] = failed_row,
                  **options: Any):
         super().__init__(address, fn=fn, on_error=on_error, **options)
-
-
-def add_executor_options(parser: Any) -> None:
-    """`--executor local|ray`, `--address`, `--ray-env` for `recursa bench run`."""
-    parser.add_argument("--executor", choices=["local", "ray"], default="local",
-                        help="local: --concurrency instances on this machine's event loop; "
-                             "ray: one Ray task per instance (pip install 'recursa[ray]')")
-    parser.add_argument("--address", default=None,
-                        help="ray: the cluster to join (e.g. auto, ray://HOST:10001); "
-                             "default: start a local Ray instance")
-    parser.add_argument("--ray-env", action="append", default=[], metavar="NAME",
-                        help="ray: copy this environment variable (e.g. an API key) into the "
-                             "tasks; may be repeated")
 
 
 def executor_from_args(a: Any) -> Any:
