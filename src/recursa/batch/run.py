@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
+import os
 import platform
 import queue
 import threading
@@ -203,6 +204,8 @@ class RayBatchExecutor:
                 res = out["result"]
                 row = item_row(item, res, attempt=out["attempt"], host=out.get("host"),
                                started_at=out.get("started_at"), wall_s=out.get("wall_s"))
+                # where it ran (None: every attempt died with its worker)
+                row["ray_node"], row["ray_pid"] = out.get("node"), out.get("pid")
                 emit(ItemResult(item, res, row, out["attempt"]))
 
             ex.admit, ex.retry = admit, retry
@@ -231,7 +234,9 @@ def run_ray_item(spec: dict[str, Any]) -> dict[str, Any]:
     res = asyncio.run(run_attempt(rlm, item, attempt, ledger, spec["caps"],
                                   spec["output"])).result
     return {"key": item.key, "attempt": attempt, "result": res, "host": platform.node(),
-            "started_at": started, "wall_s": round(time.monotonic() - t0, 3)}
+            "node": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+            "started_at": started,
+            "wall_s": round(time.monotonic() - t0, 3)}
 
 
 def _ray_failed(spec: dict[str, Any], message: str) -> dict[str, Any]:
