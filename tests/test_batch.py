@@ -293,3 +293,18 @@ def test_cli_resumes_after_a_kill(tmp_path: Path) -> None:
     assert not first & {e["key"] for e in ran if e["kind"] == "item"}
     keys = [json.loads(x)["key"] for x in out.read_text().splitlines()]
     assert len(set(keys)) == 12 and len(keys) == 12
+
+
+def test_leaving_iter_batch_early_cancels_the_rest() -> None:
+    calls = [0]
+
+    async def slow(messages: Any) -> str:
+        calls[0] += 1
+        await asyncio.sleep(0.2)
+        return FIRST
+    t0 = time.monotonic()
+    for _r in rlm(slow).iter_batch(query="q", contexts=[f"w{i} x" for i in range(40)],
+                                   concurrency=2):
+        break
+    assert time.monotonic() - t0 < 5
+    assert calls[0] < 10          # the other items never ran

@@ -352,14 +352,13 @@ def iter_batch(rlm: RLM, items: Iterable[Any] | None = None,
     """Blocking twin of `aiter_batch`: ItemResults as they finish, from a thread that runs
     the async core. Leaving the loop early stops the batch (running items are cancelled)."""
     q: queue.Queue[tuple[str, Any]] = queue.Queue()
-    stop = threading.Event()
+    running: dict[str, Any] = {}
 
     async def pump() -> None:
+        running["loop"], running["task"] = asyncio.get_running_loop(), asyncio.current_task()
         try:
             async for r in aiter_batch(rlm, items, **options):
                 q.put(("item", r))
-                if stop.is_set():
-                    break
         except BaseException as e:
             q.put(("error", e))
         finally:
@@ -377,5 +376,6 @@ def iter_batch(rlm: RLM, items: Iterable[Any] | None = None,
                 raise value
             yield value
     finally:
-        stop.set()
+        if t.is_alive() and "task" in running:     # left early: cancel what still runs
+            running["loop"].call_soon_threadsafe(running["task"].cancel)
         t.join()
