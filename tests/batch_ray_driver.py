@@ -9,8 +9,6 @@ ledger's final snapshot, the summary and the driver's node.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 import time
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 import ray
 
 import helpers_batch
+from ray_cluster import kill_node_of_worker
 from recursa import RLM
 from recursa.batch import BatchBudget
 from recursa.batch.run import RayBatchExecutor
@@ -57,13 +56,11 @@ def main() -> None:
                 query="q", contexts=[f"w{i} x" for i in range(12)], executor=ex,
                 budget=BatchBudget(max_cost_usd=1.0), max_cost_usd=0.05):
             rows.append(r.row)
-            # a node's workers are in its `ray start` session; the node that just finished an
-            # item runs the next queued one, so killing it 0.15 s later lands mid-item
-            pgid = os.getpgid(r.row["ray_pid"])
-            if not killed and len(rows) >= 3 and pgid in victims:
+            # the node that just finished an item runs the next queued one, so killing it
+            # 0.15 s later lands mid-item
+            if not killed and len(rows) >= 3:
                 time.sleep(0.15)
-                os.killpg(pgid, signal.SIGKILL)     # a worker node dies mid-batch
-                killed = pgid
+                killed = kill_node_of_worker(r.row["ray_pid"], victims)
         out["killed"] = killed
         out.update(rows=rows, ledger=ex.last_ledger)
     ray.shutdown()

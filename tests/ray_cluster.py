@@ -113,3 +113,39 @@ class LocalCluster:
     def shutdown(self) -> None:
         for p in reversed(self.procs):
             self.kill(p)
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:       # "pid (comm) state ppid ...": comm may hold spaces
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if _ppid(int(d)) == pid:
+                    out.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def kill_node_of_worker(worker_pid: int, sessions: set[int]) -> int | None:
+    """SIGKILL the node whose raylet started Ray worker `worker_pid` (Linux /proc): the raylet's
+    `ray start` session (one of `sessions`, the cluster's worker nodes) and the raylet's worker
+    processes, which Ray puts in process groups of their own. Returns the session, or None if
+    the worker does not belong to one of `sessions`."""
+    raylet = _ppid(worker_pid)
+    session = os.getpgid(raylet)
+    if session not in sessions:
+        return None
+    workers = _children(raylet)
+    os.killpg(session, signal.SIGKILL)
+    for w in workers:
+        try:
+            os.kill(w, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return session

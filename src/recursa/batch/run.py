@@ -290,6 +290,8 @@ async def aiter_batch(rlm: RLM, items: Iterable[Any] | None = None, *, query: st
             counts["failed"] += r.result.status == "error"
         out.put_nowait(r)
 
+    if not its:      # e.g. a resumed batch with every item done: no Ray to join
+        executor = None
     if executor is None:
         ledger = BatchLedger(b, **ledger_kw)
         work: asyncio.Future[Any] = asyncio.ensure_future(
