@@ -246,6 +246,7 @@ def test_cli_budget_stop_exit_status_and_schema_tables(tmp_path: Path, capsys: A
         assert [(r["name"], int(r["words"])) for r in recs] == [(f"word{i}", 2)
                                                                 for i in range(5)]
         assert {"key", "source", "status", "cost_usd"} <= set(recs[0])
+        assert tpath.stat().st_mode & 0o077 == 0          # owner-only, as the rows
 
 
 def test_cli_bad_options_are_clear(tmp_path: Path, capsys: Any) -> None:

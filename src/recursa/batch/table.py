@@ -75,4 +75,5 @@ def write_table(records: list[dict[str, Any]], path: str | Path) -> None:
             table = pa.Table.from_pylist([{k: _flat(v) for k, v in r.items()}
                                           for r in records])
         pq.write_table(table, tmp)
+    os.chmod(tmp, 0o600)     # answers may quote the documents: owner-only, as the rows file
     os.replace(tmp, path)
