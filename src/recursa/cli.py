@@ -282,6 +282,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export-sft": ("recursa.envs.cli", "turn traces of scored runs into chat-format "
                    "fine-tuning data (JSONL)"),
     "chat": ("recursa.chat", "ask several questions about one context, in one session"),
+    "batch": ("recursa.batch.cli", "one question over many documents (or many over one), "
+              "resumable"),
 }
 
 

@@ -247,6 +247,28 @@ class RLM:
             raise
         return s
 
+    def batch(self, items: Any = None, **options: Any) -> Any:
+        """Many runs at once: (query, context) pairs, or `query=` over `contexts=` (paths, a
+        directory, a JSONL / CSV / Parquet file); results in order under one batch `budget`
+        (recursa.batch, docs/batch.md)."""
+        from recursa.batch.run import batch
+        return batch(self, items, **options)
+
+    async def abatch(self, items: Any = None, **options: Any) -> Any:
+        """Async twin of `batch`."""
+        from recursa.batch.run import abatch
+        return await abatch(self, items, **options)
+
+    def iter_batch(self, items: Any = None, **options: Any) -> Any:
+        """`batch`, yielding each item's ItemResult as it finishes."""
+        from recursa.batch.run import iter_batch
+        return iter_batch(self, items, **options)
+
+    def aiter_batch(self, items: Any = None, **options: Any) -> Any:
+        """Async iterator twin of `iter_batch`."""
+        from recursa.batch.run import aiter_batch
+        return aiter_batch(self, items, **options)
+
     # ------------------------------------------------------------ helpers
     def _client(self, spec: str | ModelClient, base_url: str | None, api_key: str | None,
                 owned: list[ModelClient]) -> ModelClient:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,17 +55,12 @@ class _Ignores:
         return bool(verdict)
 
 
-def load_tree(root: Path) -> tuple[dict[str, Any], list[str]]:
-    """({relative path: Document | str | Image | {member: ...}}, notes)."""
-    files: dict[str, Any] = {}
-    notes: list[str] = []
-    skipped: Counter[str] = Counter()
-    binaries: list[str] = []
+def walk(root: Path, skipped: Counter[str] | None = None) -> Iterator[tuple[str, Path]]:
+    """(relative path, path) of every file under `root` that a folder context takes: VCS, tool
+    and hidden folders and what the .gitignore files exclude are left out (counted in
+    `skipped`). Symlinks and other non-regular files are the caller's to check."""
+    skipped = Counter() if skipped is None else skipped
     ign = _Ignores(root)
-    if not ign.available and (root / ".gitignore").exists():
-        notes.append(".gitignore not applied: it needs pathspec, part of the 'docs' extra "
-                     "(pip install 'recursa[docs]')")
-    missing: set[str] = set()
     for dirpath, dirs, names in os.walk(root, onerror=lambda e: skipped.update(["unreadable"])):
         here = Path(dirpath)
         rel_dir = "" if here == root else here.relative_to(root).as_posix()
@@ -80,50 +76,63 @@ def load_tree(root: Path) -> tuple[dict[str, Any], list[str]]:
             keep.append(d)
         dirs[:] = keep
         for n in sorted(names):
-            p = here / n
             rel = f"{rel_dir}/{n}" if rel_dir else n
             if n == ".gitignore":
                 continue
             if ign.ignored(rel, False):
                 skipped["ignored by .gitignore"] += 1
                 continue
-            try:
-                if p.is_symlink() or not p.is_file():
-                    continue
-                src = Source(rel, path=p)
-                kind = detect(src)
-                cap = MAX_TEXT_FILE_BYTES if kind == "text" else limits.MAX_MEMBER_BYTES
-                if p.stat().st_size > cap:
-                    skipped[f"larger than {limits.mb(cap)}"] += 1
-                    notes.append(f"{rel}: skipped: {limits.mb(p.stat().st_size)} is over the "
-                                 f"{limits.mb(cap)} limit for one file in a folder")
-                    continue
-            except OSError:
-                skipped["unreadable"] += 1
-                notes.append(f"{rel}: unreadable (skipped)")
+            yield rel, here / n
+
+
+def load_tree(root: Path) -> tuple[dict[str, Any], list[str]]:
+    """({relative path: Document | str | Image | {member: ...}}, notes)."""
+    files: dict[str, Any] = {}
+    notes: list[str] = []
+    skipped: Counter[str] = Counter()
+    binaries: list[str] = []
+    if not _Ignores(root).available and (root / ".gitignore").exists():
+        notes.append(".gitignore not applied: it needs pathspec, part of the 'docs' extra "
+                     "(pip install 'recursa[docs]')")
+    missing: set[str] = set()
+    for rel, p in walk(root, skipped):
+        try:
+            if p.is_symlink() or not p.is_file():
                 continue
-            if kind == "binary":
-                skipped["binary"] += 1
+            src = Source(rel, path=p)
+            kind = detect(src)
+            cap = MAX_TEXT_FILE_BYTES if kind == "text" else limits.MAX_MEMBER_BYTES
+            if p.stat().st_size > cap:
+                skipped[f"larger than {limits.mb(cap)}"] += 1
+                notes.append(f"{rel}: skipped: {limits.mb(p.stat().st_size)} is over the "
+                             f"{limits.mb(cap)} limit for one file in a folder")
+                continue
+        except OSError:
+            skipped["unreadable"] += 1
+            notes.append(f"{rel}: unreadable (skipped)")
+            continue
+        if kind == "binary":
+            skipped["binary"] += 1
+            binaries.append(rel)
+            continue
+        try:
+            files[rel] = load_source(src, notes, cap=cap)
+        except MissingExtra as e:
+            skipped["needing the docs extra"] += 1
+            missing.add(str(e).split(": ", 1)[1])
+        except images.ImageError as e:
+            skipped["bad images"] += 1
+            notes.append(f"{rel}: skipped: {e}")
+        except DocumentError as e:
+            what = "binary" if "looks binary" in str(e) else "unreadable documents"
+            skipped[what] += 1
+            if what == "binary":
                 binaries.append(rel)
-                continue
-            try:
-                files[rel] = load_source(src, notes, cap=cap)
-            except MissingExtra as e:
-                skipped["needing the docs extra"] += 1
-                missing.add(str(e).split(": ", 1)[1])
-            except images.ImageError as e:
-                skipped["bad images"] += 1
-                notes.append(f"{rel}: skipped: {e}")
-            except DocumentError as e:
-                what = "binary" if "looks binary" in str(e) else "unreadable documents"
-                skipped[what] += 1
-                if what == "binary":
-                    binaries.append(rel)
-                else:
-                    notes.append(f"{rel}: skipped: {str(e).removeprefix(rel + ': ')}")
-            except OSError:
-                skipped["unreadable"] += 1
-                notes.append(f"{rel}: unreadable (skipped)")
+            else:
+                notes.append(f"{rel}: skipped: {str(e).removeprefix(rel + ': ')}")
+        except OSError:
+            skipped["unreadable"] += 1
+            notes.append(f"{rel}: unreadable (skipped)")
     notes[:0] = sorted(missing)
     if binaries:
         shown = ", ".join(binaries[:8]) + (" ..." if len(binaries) > 8 else "")
