@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -142,13 +141,8 @@ class RLM:
     def completion(self, query: str, context: Any = None, *, output: Any = None,
                    **limits: Any) -> Result:
         """Blocking twin of `acompletion`; safe to call from inside a running event loop."""
-        coro = self.acompletion(query, context, output=output, **limits)
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(coro)
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, coro).result()
+        from recursa.blocking import run_blocking
+        return run_blocking(self.acompletion(query, context, output=output, **limits))
 
     async def acompletion(self, query: str, context: Any = None, *, output: Any = None,
                           **limits: Any) -> Result:

@@ -340,13 +340,8 @@ def batch(rlm: RLM, items: Iterable[Any] | None = None, **options: Any) -> Batch
 
 
 def _blocking(coro: Any) -> Any:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    import concurrent.futures
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+    from recursa.blocking import run_blocking
+    return run_blocking(coro)
 
 
 def iter_batch(rlm: RLM, items: Iterable[Any] | None = None,
