@@ -455,6 +455,7 @@ HOST = textwrap.dedent("""
     asyncio.run(main(sys.argv[2]))
     if sys.argv[3] == "hang":
         time.sleep(600)
+    sys.stdin.readline()    # exit: once the test has seen the spares (else it races their end)
 """)
 
 
@@ -486,13 +487,15 @@ def test_spares_do_not_outlive_the_interpreter(mode, how, tmp_path):
     env.update(TMPDIR=marker, PYTHONPATH=SRC)
     host = subprocess.Popen([sys.executable, str(script), ctx.path, mode,
                              "hang" if how == "killed" else "exit"],
-                            stdout=subprocess.PIPE, env=env, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
     try:
         pids = json.loads(host.stdout.readline())
         assert len(pids) == 2 and all(alive(p) for p in pids)
         assert _processes_under(marker)
         if how == "killed":   # no atexit: the spares die with the host (parent-death signal)
             host.kill()
+        else:                 # let it exit: atexit stops the spares
+            host.stdin.close()
         assert host.wait(30) in (0, -signal.SIGKILL)
     finally:
         if host.poll() is None:
