@@ -116,10 +116,12 @@ async def hold_invalid(st: _State, spec: OutputSpec, ran_code: bool, extra: dict
 async def _unready(st: _State, ran_code: bool, note: str, run_hidden: RunHidden) -> str:
     """Turn the commit back into a draft (in the REPL too); the nudge, after the turn's output
     when code ran."""
-    st.answer = {"content": st.final, "ready": False}
+    # the draft keeps the sources the commit gave (recursa.sources), in the REPL too
+    st.answer = {**st.answer, "content": st.final, "ready": False}
     st.final = None
     st.last_code = None     # sending the same commit again confirms it
-    await run_hidden(f"answer = {st.answer!r}")
+    await run_hidden(f"answer = {{**(answer if isinstance(answer, dict) else {{}}), "
+                     f"'content': {st.answer['content']!r}, 'ready': False}}")
     return f"{st.last_shown}\n\n{note}" if ran_code else note
 
 

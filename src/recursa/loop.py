@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recursa import context as ctx
-from recursa import planner, prompts
+from recursa import planner, prompts, sources
 from recursa.budget import Budget, Ledger
 from recursa.compaction import abridge, fit, msg_tokens, push_history
 from recursa.dispatch import Dispatcher, Node, wall_limit
@@ -51,6 +51,7 @@ from recursa.types import (
     ModelError,
     Result,
     Sandbox,
+    Source,
 )
 
 KEEP = "KEEP"
@@ -80,6 +81,7 @@ class RunEnv:
     preface: str | None = None    # under the top-level query in its first message (sessions)
     example: bool = True          # the worked example in the system prompt
     strategy: str = "code"        # code | plan | auto (recursa.planner)
+    sources: bool = False         # teach the root to attach sources (recursa.sources)
 
 
 def last_turn_seconds(env: RunEnv) -> float | None:
@@ -157,9 +159,12 @@ class _Run:
         self.announced = False
         self.node = Node(depth=depth, parent="", role="sub")
         self.calls: set[asyncio.Task[Any]] = set()   # the REPL's calls being served
+        self.context: Any = None
+        self.sources: list[Source] = []       # the answer's, checked (top level only)
 
     async def run(self, context: Any) -> Result:
         st = self.st
+        self.context = context
         self.rec.start(query=self.query, model=self.env.root_client.name,
                        budget=self.env.budget.model_dump())
         try:
@@ -501,6 +506,8 @@ class _Run:
             await self._stop_calls()
             if self.workdir is not None:
                 shutil.rmtree(self.workdir, ignore_errors=True)
+            if self.depth == 0:
+                self.sources = await sources.acheck(self.st.answer, self.st.final, self.context)
         finally:   # even when cancelled again: the trace gets this run's final and end
             res = self._result()
             # tree totals only on the top-level run: a child's own are its subtree's sums
@@ -539,7 +546,8 @@ class _Run:
         return result_from(self.env.ledger, self.env.tracer, answer=answer, status=status,
                            ready=status == "final", answer_source=source, turns=st.turns,
                            elapsed_s=round(time.monotonic() - self.t0, 4), error=error,
-                           limit=st.limit, parsed=parsed, output_error=output_error)
+                           limit=st.limit, parsed=parsed, output_error=output_error,
+                           sources=self.sources, sources_verified=sources.verdict(self.sources))
 
 
 def _first_messages(env: RunEnv, query: str, description: str,
@@ -550,7 +558,8 @@ def _first_messages(env: RunEnv, query: str, description: str,
                                    max_output_chars=env.max_output_chars,
                                    sub_chars=env.sub_context_chars, tips=env.tips,
                                    tool_names=env.tool_names, template=env.system_template,
-                                   example=env.example, search=search_available())
+                                   example=env.example, search=search_available(),
+                                   sources=env.sources)
     first = prompts.FIRST_USER.format(query=query, description=description)
     if preface:
         first += "\n\n" + preface

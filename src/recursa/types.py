@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, computed_field, model_validator
 
 Message = dict[str, Any]  # {"role": "system"|"user"|"assistant", "content": str}
 
@@ -199,6 +199,58 @@ class RoleUsage(BaseModel):
 AnswerSource = Literal["final", "answer_variable", "extraction_turn", "none"]
 
 
+class Location(BaseModel):
+    """Where a passage is in the context (recursa.sources.locate): the text it is in, reached
+    from `context` through `item` (keys and indexes; empty when the context is one text), and
+    the passage's span and lines in that text. Document types add their page or sheet."""
+
+    item: list[str | int] = Field(default_factory=list)
+    path: str | None = None             # the file (a directory's key, a document's name)
+    page: int | None = None             # 1-based page or slide of a document
+    sheet: str | None = None            # a spreadsheet's sheet
+    line: int | None = None             # 1-based first and last line of the passage
+    end_line: int | None = None
+    start: int = 0                      # characters [start, end) of that text
+    end: int = 0
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def label(self) -> str:
+        """A short human address: `notes/a.txt, lines 3-4`, `context[2], line 1`."""
+        parts = []
+        if self.path is not None:
+            parts.append(self.path)
+        elif self.item:
+            parts.append("context" + "".join(f"[{k!r}]" for k in self.item))
+        if self.sheet is not None:
+            parts.append(f"sheet {self.sheet}")
+        if self.page is not None:
+            parts.append(f"page {self.page}")
+        if self.line is not None:
+            parts.append(f"line {self.line}" if self.end_line in (None, self.line)
+                         else f"lines {self.line}-{self.end_line}")
+        return ", ".join(parts) or f"characters {self.start}-{self.end}"
+
+
+# How a source was found in the context: the quote as it stands (exact), the same words with
+# other spacing, case or quote marks (normalized), or a close match (fuzzy, rapidfuzz)
+SourceMatch = Literal["exact", "normalized", "fuzzy"]
+
+
+class Source(BaseModel):
+    """A passage an answer rests on, as the model quoted it and as recursa found it (or not)."""
+
+    quote: str                          # what the model gave (cut to QUOTE_KEEP characters)
+    found: bool = False
+    match: SourceMatch | None = None
+    score: float = 0.0                  # 100 for exact / normalized; rapidfuzz's for fuzzy
+    text: str | None = None             # the passage as the context has it
+    location: Location | None = None
+    before: str = ""                    # a little of the text around the passage, for display
+    after: str = ""
+    note: str | None = None             # why it was not found, or how it was narrowed
+
+
 class Result(BaseModel):
     answer: str
     status: Status
@@ -219,6 +271,11 @@ class Result(BaseModel):
     error: str | None = None
     limit: str | None = None            # which limit ended the run, if one did
     run_id: str = ""
+    # the passages the answer rests on, checked against the context (recursa.sources);
+    # sources_verified: None when the answer gave none, True when every one was found, False
+    # when one or more was not (a flag, never passed silently)
+    sources: list[Source] = Field(default_factory=list)
+    sources_verified: bool | None = None
 
     @model_validator(mode="after")
     def _source(self) -> Result:
