@@ -58,6 +58,7 @@ FUZZY_COVER = 0.8       # that much of the probe must be aligned (not a short te
 FOCUS_CHARS = 300       # a found passage longer than this is narrowed to the answer's line
 AROUND = 160            # characters of text kept on each side of a passage, for display
 GAP = 500               # the most characters an ellipsis in a quote stands for
+NOT_FOUND = "not found in the context"
 
 _STOP = frozenset("""the and for with that this from was were are has have had not but its his her
 their they them there then than what which who whom whose when where why how into onto over under
@@ -225,7 +226,7 @@ def _check_one(quote: str, hint: dict[str, Any], value: Any, units: list[tuple[I
         hit = _find(quote, _hinted_first(units, hint))
     if hit is None:
         short = len(quote.strip()) < FUZZY_MIN_CHARS
-        return Source(quote=_cut(quote), note="not found in the context" + (
+        return Source(quote=_cut(quote), note=NOT_FOUND + (
             f" (a quote under {FUZZY_MIN_CHARS} characters must match exactly)" if short else ""))
     item, start, end, match, score = hit
     text = leaves[item]
@@ -411,7 +412,8 @@ def render(sources: list[Source], width: int = 300) -> str:
                 (f", score {s.score:g}" if s.match == "fuzzy" else "") + ")"
             body = s.text or ""
         else:
-            head = f"[{i}] NOT FOUND in the context" + (f": {s.note}" if s.note else "")
+            why = (s.note or "").removeprefix(NOT_FOUND).strip()
+            head = f"[{i}] NOT FOUND in the context" + (f" {why}" if why else "")
             body = s.quote
         body = " ".join(body.split())
         lines += [head, "    " + (body if len(body) <= width else body[:width] + " …")]

@@ -493,7 +493,10 @@ function sourcesBlock(sources, needle) {
     const loc = s.location || {};
     let head = "[" + (i + 1) + "] ";
     if (s.found) head += (loc.label || "") + " · " + s.match + (s.match === "fuzzy" ? " (score " + s.score + ")" : "");
-    else head += "NOT FOUND in the context" + (s.note ? " · " + s.note : "");
+    else {
+      const why = (s.note || "").replace(/^not found in the context\s*/, "");
+      head += "NOT FOUND in the context" + (why ? " · " + why : "");
+    }
     if (s.found && s.note) head += " · " + s.note;
     item.appendChild(el("div", "head", head));
     const pre = el("pre", "src-text");
@@ -546,7 +549,10 @@ function renderSummary() {
 }
 document.getElementById("answer").addEventListener("click", function () { this.classList.toggle("full"); });
 document.getElementById("srcbadge").addEventListener("click", function () {
-  if (M.root) select(M.root.id, null, true);
+  if (!M.root) return;
+  select(M.root.id, null, true);
+  const box = detail.querySelector(".sources");
+  if (box) box.scrollIntoView({block: "start"});
 });
 
 function usageTable() {
