@@ -254,6 +254,28 @@ def test_no_sources_leaves_result_and_prompt_as_before():
     assert prompts.SOURCES in system and prompts.EXAMPLE_FINAL_SOURCES in system
 
 
+def test_asked_for_sources_a_commit_without_them_is_held_once():
+    """RLM(sources=True): the first commit without sources goes back as a draft with the line
+    that commits it with them (naming the model's own `pieces`); copying it gives a source."""
+    nudge_line = 'FINAL(answer["content"], sources=[pieces[0]])'
+    client = script(FIND, repl('FINAL("Lyon")'), repl(nudge_line))
+    res = RLM(model=client, sandbox="inprocess", sources=True).completion("Where?", context=CTX)
+    assert res.status == "final" and res.answer == "Lyon" and res.turns == 3
+    roots = [c for c in client.calls if is_root(c)]
+    assert nudge_line in roots[2][-1]["content"]
+    assert res.sources_verified is True and res.sources[0].text == FACT
+    # a second commit without sources is accepted as it is
+    stubborn = script(repl('FINAL("Lyon")'))
+    res = RLM(model=stubborn, sandbox="inprocess", sources=True).completion("Where?",
+                                                                            context=CTX)
+    assert res.status == "final" and res.turns == 2 and res.sources == []
+    assert "context[start:end]" in stubborn.calls[1][-1]["content"]   # no passage variable
+    # not asked: never held
+    res = RLM(model=script(repl('FINAL("Lyon")')), sandbox="inprocess").completion(
+        "Where?", context=CTX)
+    assert res.turns == 1
+
+
 def test_worker_keeps_sources_plain_and_bounded():
     big = "x" * 50_000
     code = ('FINAL("a", sources=[' + repr(big) + ', {"text": "t", "start": 1, "end": True, '

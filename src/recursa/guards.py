@@ -89,6 +89,27 @@ async def hold_ungrounded(st: _State, source: str, ran_code: bool, extra: dict[s
     return await _unready(st, ran_code, prompts.UNGROUNDED.format(number=number), run_hidden)
 
 
+# variables that usually hold the text a small model read (the worked example's `pieces` first)
+_PASSAGE_VARS = ("pieces", "piece", "snippets", "snippet", "chunks", "chunk", "passages",
+                 "passage", "matches", "lines", "hits_text", "text")
+
+
+async def hold_unsourced(st: _State, ran_code: bool, extra: dict[str, Any],
+                         run_hidden: RunHidden) -> str | None:
+    """With sources asked for (RLM(sources=True)): the first commit that gives none is held
+    once, and the model is shown the line that commits it with sources (naming a variable it
+    has that likely holds what it read). A second commit is accepted either way."""
+    if st.final is None or not st.final.strip() or st.answer.get("sources") or \
+            st.sources_asked:
+        return None
+    st.sources_asked = True
+    extra["held"] = {"answer": st.final, "sources": "none given"}
+    name = next((v for v in _PASSAGE_VARS if v in st.variables), None)
+    passage = "context[start:end]" if name is None else \
+        f"{name}[0]" if name.endswith("s") else name
+    return await _unready(st, ran_code, prompts.NO_SOURCES.format(passage=passage), run_hidden)
+
+
 async def hold_invalid(st: _State, spec: OutputSpec, ran_code: bool, extra: dict[str, Any],
                        run_hidden: RunHidden,
                        structure: Callable[[str], Awaitable[str | None]]) -> str | None:

@@ -24,7 +24,14 @@ from recursa import planner, prompts, sources
 from recursa.budget import Budget, Ledger
 from recursa.compaction import abridge, fit, msg_tokens, push_history
 from recursa.dispatch import Dispatcher, Node, wall_limit
-from recursa.guards import hold_invalid, hold_ungrounded, plain_digits, prose, repeated
+from recursa.guards import (
+    hold_invalid,
+    hold_ungrounded,
+    hold_unsourced,
+    plain_digits,
+    prose,
+    repeated,
+)
 from recursa.output import OutputInvalid, OutputSpec
 from recursa.parse import (
     answer_text,
@@ -119,6 +126,7 @@ class _State:
     seen: list[str] = field(default_factory=list)   # what the model was shown (query, outputs)
     held: bool = False            # a commit with a number never shown was held once
     extracted: bool = False       # answer["content"] came from the last-answer turn's reply
+    sources_asked: bool = False   # a commit without sources was held once (RLM(sources=True))
 
 
 async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
@@ -283,6 +291,8 @@ class _Run:
         if held is None and self.output is not None:
             held = await hold_invalid(st, self.output, bool(blocks), extra, self._run_hidden,
                                       self._structure)
+        if held is None and self.env.sources and self.depth == 0:
+            held = await hold_unsourced(st, bool(blocks), extra, self._run_hidden)
         return blocks, held or nudge, failed
 
     async def _structure(self, text: str) -> str | None:

@@ -60,10 +60,18 @@ FINAL("Lyon")
 """
 
 # RLM(sources=True) / --sources: the answer carries the passages it rests on (recursa.sources)
-SOURCES = """- `FINAL(value, sources=[passage, ...])`: give the passages of `context` your answer \
-rests on, as text copied from `context` (the piece you read, e.g. `pieces[0]`, or a search() \
-hit). They are checked against the context and shown to the user with the answer.
+SOURCES = """- Sources: commit with `FINAL(value, sources=[passage, ...])`, or set \
+`answer["sources"] = [passage, ...]` next to answer["content"]. A passage is text of `context` \
+your answer rests on (the piece you read, e.g. `pieces[0]`, or a search() hit). They are checked \
+against the context and shown to the user with the answer.
 """
+
+NO_SOURCES = """Not committed yet: give the passages of `context` your answer rests on \
+(the text you read that shows the answer; it is kept as a draft in answer["content"]). Commit it \
+with them:
+```repl
+FINAL(answer["content"], sources=[{passage}])
+```"""
 
 # the worked example's last turn when sources are asked for
 EXAMPLE_FINAL = 'FINAL("Lyon")'
