@@ -183,6 +183,8 @@ def test_answer_sources_are_shown_with_their_passages_highlighted(driver, tmp_pa
     found."""
     from recursa import RLM
     from recursa.models.replay import ReplayClient
+    driver.get("about:blank")     # leave an earlier test's page (a live one polls) behind
+    driver.get_log("browser")
     p = tmp_path / "src.jsonl"
     ctx = "".join(f"Note {i}: nothing to report.\n" for i in range(30)).replace(
         "Note 12: nothing to report.", "Note 12: the <b>Ada</b> meeting was held in Lyon.")
