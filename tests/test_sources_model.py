@@ -1,8 +1,9 @@
 """The real local model (Qwen2.5-Coder-1.5B) attaches a source that verifies, when asked to.
 
-To keep this short, the root's first turn (the search) is scripted, as the 1.5B itself writes it
-when it follows the worked example; the model writes every turn after it, including the commit,
-which is what this tests: RLM(sources=True)'s rule and example make it pass the piece it read.
+To keep this short, the root's first turn (the search and a sub-call) is scripted, as the 1.5B
+itself wrote it in a real run (the worked example's second turn); the model writes every turn
+after it, including the commit, which is what this tests: RLM(sources=True)'s rule, example and
+held commit make it pass the piece it read.
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ MODEL = "local:qwen2.5-coder-1.5b"
 NOTES = [f"Note {i}: the team reviewed ticket {1000 + i} and closed it without changes."
          for i in range(30)]
 NOTES[17] = "Note 17: the wifi password of the Oslo office is fjord-2291, changed in March."
+# the 1.5B's own first search on this input (from a real run of it): the worked example's
 SEARCH = """```repl
-hits = [m.start() for m in re.finditer("oslo", context, re.IGNORECASE)]
+# search for the query's most specific words (names, rare terms) ignoring case
+hits = [m.start() for m in re.finditer("wifi", context, re.IGNORECASE)]
 print(len(hits))
-pieces = [context[max(0, i - 200):i + 300] for i in hits[:5]]
-print(pieces[0])
+pieces = [context[max(0, i - 500):i + 4000] for i in hits[:5]]
+# the text first, then the query itself
+found = llm_batch([p + "\\n\\nWhat is the wifi password of the Oslo office? Answer from the text above, or reply 'none'." for p in pieces])
+print(found)
 ```"""
 
 
