@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # `make demo` installs only what the demo needs; `make test` everything the tests use
 DEMO_EXTRAS := demo
-EXTRAS ?= local,dev,bench,ray,verifiers,serve,otel,search
+EXTRAS ?= local,dev,bench,ray,verifiers,serve,otel,search,docs
 TIMES  := $(VENV)/phase-times
 
 .PHONY: install install-demo system system-demo runtime model model-demo demo test test-fast \
@@ -72,9 +72,18 @@ demo: model-demo
 lint: install
 	@$(call timed,lint,$(BIN)/ruff check src tests $(wildcard benchmarks examples) && $(BIN)/mypy)
 
+# The model tests (one llama-server at a time, CPU-bound) run in one pytest process; beside it the
+# rest, which mostly waits on subprocesses, runs on $(TEST_WORKERS) pytest-xdist workers. (xdist's
+# --dist loadgroup would do this in one run, but its groups do nothing under pytest 9.)
 # --durations: the slowest tests, to keep the whole run under 15 minutes (README)
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+run_tests = $(PYTEST) -m model --durations=10 >$(VENV)/test-model.log 2>&1 & model=$$!; \
+	$(PYTEST) -m "not model" -n $(TEST_WORKERS) --durations=15; rest=$$?; \
+	wait $$model; m=$$?; echo "--- the model tests:"; cat $(VENV)/test-model.log; \
+	[ $$rest = 0 ] && [ $$m = 0 ]
 test: model lint
-	@$(call timed,tests,$(BIN)/python -m pytest -m "" -q -p no:cacheprovider --durations=15)
+	@$(call timed,tests,$(run_tests))
 	@$(show_times)
 
 test-fast: install

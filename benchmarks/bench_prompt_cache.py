@@ -27,7 +27,7 @@ from provider_fakes import PromptCache, ProviderFake  # noqa: E402
 from recursa import RLM  # noqa: E402
 from recursa.models.anthropic_client import AnthropicClient  # noqa: E402
 from recursa.models.pricing import cost_usd, price_for  # noqa: E402
-from recursa.types import Usage  # noqa: E402
+from recursa.types import Capabilities, Usage  # noqa: E402
 
 CONTEXT = "".join(f"record {i:05d}: the value of item {i} is {i * 7 % 1000}.\n"
                   for i in range(4000))          # ~180k characters
@@ -66,8 +66,9 @@ class Recorder:
         self.calls.append((comp.usage, self.client.cache_write_tokens - before))
         return comp
 
-    def estimate_cost(self, i: int, o: int) -> float | None:
-        return self.client.estimate_cost(i, o)
+    @property
+    def capabilities(self) -> Capabilities:   # the wrapped client's prices; no astream here
+        return self.client.capabilities._replace(streaming=False)
 
     async def aclose(self) -> None:
         await self.client.aclose()

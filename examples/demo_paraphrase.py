@@ -32,13 +32,15 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=TEST_SEEDS_FROM)
     ap.add_argument("--strategy", default="plan", choices=["code", "plan", "auto"])
     ap.add_argument("--model", default="local:qwen2.5-coder-1.5b")
+    ap.add_argument("--max-seconds", type=float, default=170,
+                    help="the run's time limit (on an idle 2-core machine it takes 1-3 minutes)")
     a = ap.parse_args()
     case = make_case(a.seed)
     print(f"context: {len(case.context):,} characters (~{len(case.context) // 4:,} tokens) of "
           "encyclopedic text with five maintenance reports somewhere inside")
     print(f"query:   {case.query}\n")
     view = ConsoleView()
-    rlm = RLM(model=a.model, max_iterations=8, max_output_chars=2000, max_seconds=170,
+    rlm = RLM(model=a.model, max_iterations=8, max_output_chars=2000, max_seconds=a.max_seconds,
               model_options={"temperature": 0.0, "max_tokens": 400},
               sub_model_options={"temperature": 0.0, "max_tokens": 200},
               trace_dir="traces", sinks=[view], strategy=a.strategy)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from helpers_scripted import COPY
 from ray_local import local_runtime_env
 from recursa.cli import main
 from recursa.envs.rollout import (
@@ -24,15 +25,8 @@ from recursa.envs.rollout import (
     run_rollout_spec,
 )
 
-COPY = "```repl\nanswer['content'] = context\nanswer['ready'] = True\n```"
 # timing and file locations differ between two runs; everything else must not
 VOLATILE = {"elapsed_s", "trace_path"}
-
-
-def copy_script(messages: list[dict[str, Any]]) -> str:
-    """The RLM root copies its context (reward 1); the plain LLM answers with that code text
-    (reward 0)."""
-    return COPY
 
 
 def script_file(tmp_path: Path) -> str:
@@ -113,7 +107,7 @@ def test_ray_rows_resume_and_report_match_the_local_executor(local_ray: Any,
 
     def run(name: str, executor: Any) -> list[Any]:
         return run_ablation("verbatim_copy", ["llm", "rlm", "rlm_tips"], 2, model="replay:",
-                            responder="test_ablate_ray:copy_script", executor=executor,
+                            responder="helpers_scripted:copy_script", executor=executor,
                             results_path=tmp_path / name / "results.jsonl",
                             trace_dir=tmp_path / name / "traces", length_tokens=40,
                             sandbox="local", max_iterations=3)
@@ -137,7 +131,7 @@ def test_ray_rows_resume_and_report_match_the_local_executor(local_ray: Any,
     before = (tmp_path / "ray" / "results.jsonl").read_text()
     seen: list[Any] = []
     again = run_ablation("verbatim_copy", ["llm", "rlm", "rlm_tips"], 2, model="replay:",
-                         responder="test_ablate_ray:copy_script", executor=ray_ex,
+                         responder="helpers_scripted:copy_script", executor=ray_ex,
                          results_path=tmp_path / "ray" / "results.jsonl", length_tokens=40,
                          on_done=seen.append, sandbox="local", max_iterations=3)
     assert seen == [] and (tmp_path / "ray" / "results.jsonl").read_text() == before

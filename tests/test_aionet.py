@@ -53,7 +53,7 @@ async def test_plain_http_goes_over_asyncio_streams_and_keeps_its_connection() -
         assert len(pool._clients) == 1                       # one shard made, not all of them
         transport = pool._clients[0]._transport
         assert isinstance(transport, AsyncioTransport)
-        conns = transport._pool.connections
+        conns = transport.pool.connections
         assert len(conns) == 1                               # kept alive and reused
         assert isinstance(conns[0]._connection._network_stream, AsyncioStream)
     finally:
@@ -137,9 +137,9 @@ async def test_tls_is_started_on_the_stream_and_the_certificate_checked(tmp_path
             for _ in range(2):
                 r = await http.post(url, content=b"{}")
                 assert r.status_code == 200 and r.content == BODY
-            stream = transport._pool.connections[0]._connection._network_stream
+            stream = transport.pool.connections[0]._connection._network_stream
             assert stream.get_extra_info("ssl_object") is not None
-            assert len(transport._pool.connections) == 1
+            assert len(transport.pool.connections) == 1
         strict = AsyncioTransport(ssl_context=ssl.create_default_context(), limits=_limits())
         async with httpx.AsyncClient(transport=strict) as http:
             with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):

@@ -22,20 +22,15 @@ from typing import Any
 
 import pytest
 
+from helpers_procs import processes_with
+from helpers_sandbox import MODES, needs_bwrap
+from helpers_scripted import SYSTEM_MARK, repl
 from recursa import RLM
 from recursa.models.replay import ReplayClient
 from recursa.sandbox import InProcessSandbox, LocalSandbox
 from recursa.trace import load
-from test_sandbox_isolation import HAVE_BWRAP, processes_with
 
-MODES = ["bwrap", "limits"] if HAVE_BWRAP else ["limits"]
-needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap not usable here")
 SECRET = "sk-recursa-attack-" + uuid.uuid4().hex
-SYSTEM_MARK = "persistent Python REPL"
-
-
-def repl(code: str) -> str:
-    return f"Let me try this.\n```repl\n{code}\n```"
 
 
 class Attack:

@@ -3,11 +3,11 @@ model: each one answers S-NIAH through recursa's real loop, sandbox, budget and 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
 
+from helpers_scripted import sniah_model
 from recursa.bench import get_task
 from recursa.bench.methods import (
     BM25Index,
@@ -20,48 +20,12 @@ from recursa.bench.methods import (
 )
 from recursa.trace import load
 
-NUM = re.compile(r"is: (\d{7})")
-
-
-def _text(messages: list[dict[str, Any]]) -> str:
-    return "\n".join(str(m.get("content", "")) for m in messages)
-
-
-def sniah_model(messages: list[dict[str, Any]]) -> str:
-    """A scripted model that plays every method's part on S-NIAH, the way a capable model would:
-    it finds the needle in what it is shown, or writes code that does."""
-    system = str(messages[0].get("content", "")) if messages else ""
-    last = str(messages[-1].get("content", ""))
-    if "you can only search it" in system:              # codeact-bm25 root
-        key = re.search(r"number for (\S+) mentioned", _text(messages))
-        return ("```repl\nimport re\nhits = search(" + repr(key.group(1) if key else "magic")
-                + ", k=3)\nprint(len(hits))\n"
-                "m = re.search(r'is: (\\d{7})', ' '.join(h['text'] for h in hits))\n"
-                "FINAL(m.group(1) if m else 'not found')\n```")
-    if "no language-model calls" in system:             # rlm-d0 root: pure code
-        return ("```repl\nimport re\nm = re.search(r'is: (\\d{7})', context)\n"
-                "FINAL(m.group(1))\n```")
-    if "REPL" in system:                                # rlm root: chunk, batch, combine
-        return ("```repl\nimport re\nn = 4\nstep = len(context) // n + 1\n"
-                "parts = [context[i:i + step] for i in range(0, len(context), step)]\n"
-                "outs = llm_batch(['Give the 7-digit magic number in this text, or none: ' + p"
-                " for p in parts])\n"
-                "nums = [o for o in outs if re.fullmatch(r'\\d{7}', o.strip())]\n"
-                "FINAL(nums[0] if nums else 'none')\n```")
-    if "Write the updated notes" in last:               # compaction: summarise one window
-        part = last.split("<<<", 1)[1]
-        m = NUM.search(part)
-        old = last.split("Your notes so far:\n", 1)[1].split("\n\nPart ", 1)[0]
-        return f"magic number is: {m.group(1)}" if m else old
-    m = NUM.search(last)                                # direct / compaction answer / sub-call
-    return m.group(1) if m else "none"
-
 
 def cfg(method: str, **kw: Any) -> MethodConfig:
     name, depth, truncate = parse_method(method)
     base: dict[str, Any] = dict(method=name, depth=depth, truncate=truncate, model="replay:",
                                 sandbox="inprocess",
-                                client_options={"responder": "test_bench_methods:sniah_model"},
+                                client_options={"responder": "helpers_scripted:sniah_model"},
                                 limits={"max_iterations": 3})
     base.update(kw)
     return MethodConfig(**base)
@@ -203,20 +167,8 @@ async def test_codeact_search_in_the_local_sandbox(inst: Any) -> None:
     assert res.answer == inst.gold, res.error
 
 
-def depth_model(messages: list[dict[str, Any]]) -> str:
-    """Root -> child RLM (query SUBTASK) -> grandchild RLM (query LEAF), which finds the number."""
-    first_user = str(messages[1].get("content", "")) if len(messages) > 1 else ""
-    if "REPL" not in str(messages[0].get("content", "")):
-        return "none"                                   # a plain sub-call
-    if "LEAF" in first_user:
-        return "```repl\nimport re\nFINAL(re.search(r'is: (\\d{7})', context).group(1))\n```"
-    if "SUBTASK" in first_user:
-        return "```repl\nFINAL(rlm_query('LEAF: the magic number', context=context))\n```"
-    return "```repl\nFINAL(rlm_query('SUBTASK: the magic number', context=context))\n```"
-
-
 async def test_rlm_deeper_runs_nested_children(inst: Any) -> None:
-    opts = {"responder": "test_bench_methods:depth_model"}
+    opts = {"responder": "helpers_scripted:depth_model"}
     res = await run_method(cfg("rlm-d2", client_options=opts), inst, None)
     assert res.answer == inst.gold and res.status == "final"
     assert res.usage["child"].calls == 2          # child and grandchild, one turn each

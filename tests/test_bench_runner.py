@@ -31,7 +31,7 @@ from recursa.cli import main
 
 TESTS = Path(__file__).parent
 SRC = TESTS.parent / "src"
-RESPONDER = "test_bench_methods:sniah_model"     # plays every method's part on S-NIAH
+RESPONDER = "helpers_scripted:sniah_model"     # plays every method's part on S-NIAH
 
 ROW_FIELDS = {"key", "task", "length", "seed", "method", "model", "score", "answer", "gold",
               "status", "error", "cost_usd", "root_input_tokens", "root_output_tokens",

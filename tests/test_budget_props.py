@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers_scripted import SYSTEM_MARK
 from recursa import RLM
 from recursa.budget import Budget, Ledger
 from recursa.models.replay import ReplayClient
 from recursa.trace import load
 from recursa.types import BudgetExceeded, Usage
 
-SYSTEM_MARK = "persistent Python REPL"
 FAST = settings(max_examples=25, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
 

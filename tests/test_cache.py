@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from helpers_scripted import SYSTEM_MARK, lookup, sniah_model, tool_responder
 from openai_testserver import OpenAITestServer
 from recursa import RLM
 from recursa.models import make_client
@@ -171,7 +172,6 @@ def test_tool_calls_in_the_raw_reply_survive_the_cache(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------- RLM over HTTP
-SYSTEM_MARK = "persistent Python REPL"
 
 
 def rlm_responder(req: dict[str, Any]) -> str:
@@ -207,15 +207,14 @@ def test_rlm_rerun_is_answered_from_cache_and_marked(tmp_path: Path) -> None:
 
 
 def test_native_tool_loop_replays_from_cache(tmp_path: Path) -> None:
-    import test_tools_native_http as nt
     path = tmp_path / "c.sqlite"
-    with OpenAITestServer(responder=nt.responder) as srv:
+    with OpenAITestServer(responder=tool_responder) as srv:
         answers = []
         for _ in range(2):
             root = ReplayClient(["```repl\nr = llm_query('Population of Paris?')\nprint(r)\n```",
                                  "```repl\nFINAL(r)\n```"])
             sub = make_client("openai:sub-model", base_url=srv.base_url, api_key="k")
-            res = RLM(model=root, sub_model=sub, sandbox="inprocess", sub_tools=[nt.lookup],
+            res = RLM(model=root, sub_model=sub, sandbox="inprocess", sub_tools=[lookup],
                       sub_model_options={"temperature": 0}, cache=path
                       ).completion("q", context="ctx")
             answers.append((res.answer, res.cache_hits))
@@ -240,7 +239,6 @@ def bench_specs(srv: OpenAITestServer, cache: Path, traces: Path) -> list[dict[s
 
 def test_bench_rerun_with_cache_makes_no_model_request(tmp_path: Path) -> None:
     from recursa.bench.runner import AsyncioExecutor, load_rows, run_bench
-    from test_bench_methods import sniah_model
     cache = tmp_path / "c.sqlite"
     with OpenAITestServer(responder=lambda req: sniah_model(req["messages"])) as srv:
         s1 = run_bench(bench_specs(srv, cache, tmp_path / "a" / "traces"), tmp_path / "a",

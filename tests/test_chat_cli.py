@@ -11,13 +11,10 @@ import threading
 import time
 from pathlib import Path
 
+from helpers_scripted import repl
 from openai_testserver import OpenAITestServer
 
 BIN = [sys.executable, "-m", "recursa.cli"]
-
-
-def repl(code: str) -> str:
-    return f"```repl\n{code}\n```"
 
 
 class Script:

@@ -141,19 +141,50 @@ def test_version():
 
 
 def test_run_does_not_import_the_other_commands_modules():
-    """`recursa run` builds only the built-in sub-commands (start-up time); the full parser,
-    as `recursa --help` shows it, still has every command."""
+    """`recursa run` builds only its own command (start-up time); the full parser, as
+    `build_parser()` makes it, still has every command."""
     code = ("import sys\n"
             "from recursa.cli import build_parser\n"
             "p = build_parser(['run', 'q'])\n"
             "assert p.parse_args(['run', 'q', '-q']).quiet\n"
             "print(sorted(m for m in sys.modules if m.startswith(('recursa.bench', "
-            "'recursa.envs', 'recursa.server', 'recursa.viewer'))))\n"
+            "'recursa.envs', 'recursa.server', 'recursa.viewer', 'recursa.chat'))))\n"
             "full = build_parser()\n"
             "print(full.parse_args(['bench', 'list']).cmd)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split("\n")[:2] == ["[]", "bench"]
+
+
+def test_version_and_help_import_no_command_and_no_dependency():
+    code = ("import sys, contextlib, io\n"
+            "from recursa.cli import main\n"
+            "for argv in (['--version'], ['--help']):\n"
+            "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "        main(argv)\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('recursa.', 'pydantic', "
+            "'httpx', 'rich'))))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "['recursa.cli']"
+
+
+def test_the_command_table_matches_what_the_modules_register():
+    """COMMANDS lists every command with its module and help line: `recursa --help` (built
+    from the table alone) reads as the full parser's, and naming a command builds it in full
+    from the module the table names."""
+    from recursa.cli import COMMANDS, build_parser
+    full = build_parser()
+    lean = build_parser(["--help"])
+    assert lean.format_help() == full.format_help()
+    for name in COMMANDS:
+        one = build_parser([name])
+        sub = next(a for a in one._actions if a.dest == "cmd")
+        built = sub.choices[name]
+        assert built.format_help() == next(
+            a for a in full._actions if a.dest == "cmd").choices[name].format_help(), name
+    run = build_parser(["-q", "run"])   # options before the command: still `run`
+    assert run.parse_args(["run", "q", "-q"]).fn.__name__ == "cmd_run"
 
 
 def test_bad_option_values_are_plain_words(tmp_path: Path):

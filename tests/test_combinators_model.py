@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 from recursa import RLM
-from recursa.models.fetch import is_fetched
 from recursa.models.replay import ReplayClient
 from recursa.trace import load_events
 
-pytestmark = [pytest.mark.model, pytest.mark.slow]
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.usefixtures("qwen")]
 MODEL = "local:qwen2.5-coder-1.5b"
 REVIEWS = [
     "The battery died after two days and support never answered.",
@@ -25,21 +24,15 @@ REVIEWS = [
 ]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def need_model():
-    if not is_fetched("qwen2.5-coder-1.5b"):
-        pytest.fail("the local model is not fetched: run `recursa models fetch "
-                    "qwen2.5-coder-1.5b` (make test does this)")
-
-
 def test_a_label_map_answers_only_from_the_set(tmp_path: Path):
-    """Odd labels a 1.5B would not write by itself ('PLUS' / 'MINUS'): the grammar makes every
-    reply one of them, so no slot is None."""
+    """Odd labels a small model would not write by itself ('PLUS' / 'MINUS'): the grammar makes
+    every reply one of them, so no slot is None. The constraint is the server's, whatever the
+    model: the 135M shows it as well as the 1.5B, and answers far sooner."""
     code = ("labels = llm_map('Is this review happy or unhappy? happy is PLUS, unhappy is "
             "MINUS.', context, labels=['PLUS', 'MINUS'])\nprint(labels)\nFINAL(str(labels))")
     root = ReplayClient([f"```repl\n{code}\n```"])
     trace = tmp_path / "t.jsonl"
-    res = RLM(model=root, sub_model=MODEL, max_seconds=240, trace_path=trace,
+    res = RLM(model=root, sub_model="local:smollm2-135m", max_seconds=240, trace_path=trace,
               preflight=False).completion("label them", context=REVIEWS)
     labels = ast.literal_eval(res.answer)     # the list the cell committed
     assert len(labels) == len(REVIEWS) and set(labels) <= {"PLUS", "MINUS"}

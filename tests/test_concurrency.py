@@ -9,12 +9,12 @@ import json
 
 import pytest
 
+from helpers_scripted import SYSTEM_MARK
 from recursa import RLM
 from recursa.models.replay import ReplayClient
 from recursa.sandbox import LocalSandbox
 from recursa.trace import load
 
-SYSTEM_MARK = "persistent Python REPL"
 N = 64
 
 # Every run reads its own id from its context, makes (id % 5 + 1) sub-calls, writes a file

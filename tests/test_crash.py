@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from helpers_procs import alive
+from helpers_sandbox import MODES
+from helpers_wait import wait_until
 from recursa import RLM
 from recursa.models.replay import ReplayClient
 from recursa.sandbox import LocalSandbox
+from recursa.sandbox.transport import descendants
 from recursa.trace import load
-from test_sandbox_isolation import HAVE_BWRAP, _zombie, descendants
 
-MODES = ["bwrap", "limits"] if HAVE_BWRAP else ["limits"]
-SYSTEM_MARK = "persistent Python REPL"
 ROOT = Path(__file__).resolve().parent.parent
 
 HOST = """
@@ -40,15 +41,6 @@ RLM(model=client, sandbox=lambda: LocalSandbox(isolation=sys.argv[2]),
 """
 
 
-def wait_for(pred, timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def kill_host_mid_cell(tmp_path, mode):
     """Start a host running a two-turn RLM, SIGKILL it while its second cell sleeps."""
     trace = tmp_path / "t.jsonl"
@@ -64,7 +56,7 @@ def kill_host_mid_cell(tmp_path, mode):
         return len(starts) >= 2
 
     try:
-        assert wait_for(second_cell_started), "the run never reached its second cell"
+        assert wait_until(second_cell_started), "the run never reached its second cell"
         tree = descendants(host.pid)
         time.sleep(0.3)
     finally:
@@ -87,7 +79,7 @@ def test_killed_host_leaves_a_loadable_trace_and_no_worker(mode, tmp_path):
     last = json.loads(trace.read_text().splitlines()[-1])
     assert max(n.start or 0 for n in run.nodes.values()) == pytest.approx(last["t"])
     # the worker died with its host
-    assert wait_for(lambda: all(not os.path.exists(f"/proc/{p}") or _zombie(p) for p in tree),
+    assert wait_until(lambda: not any(alive(p) for p in tree),
                     10)
 
 
@@ -129,7 +121,7 @@ def test_worker_killed_mid_cell_is_restarted_and_the_model_told(mode, tmp_path):
     def killer() -> None:
         def sleeping() -> bool:
             return trace.exists() and trace.read_text().count('"kind":"cell"') >= 3
-        if wait_for(sleeping):
+        if wait_until(sleeping):
             time.sleep(0.3)
             for pid in made[0].processes():   # the worker's tree, however it was started
                 os.kill(pid, signal.SIGKILL)
@@ -167,7 +159,7 @@ def test_ctrl_c_ends_a_cli_run_with_partial_answer_spend_and_trace(tmp_path):
          "--model", f"replay-file:{script}", "--trace", str(trace), "--sandbox", "local"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
-        ok = wait_for(lambda: trace.exists() and trace.read_text().count('"kind":"cell"') >= 3)
+        ok = wait_until(lambda: trace.exists() and trace.read_text().count('"kind":"cell"') >= 3)
         assert ok, "the CLI run never reached its sleeping cell"
         time.sleep(0.3)
         proc.send_signal(signal.SIGINT)

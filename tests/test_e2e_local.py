@@ -8,6 +8,7 @@ model's floating-point path and hence its exact words differ.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -15,18 +16,10 @@ import pytest
 
 from recursa import RLM
 from recursa.demo import make_case
-from recursa.models.fetch import is_fetched
 from recursa.trace import load_events
 
-pytestmark = [pytest.mark.model, pytest.mark.slow]
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.usefixtures("qwen")]
 MODEL = "local:qwen2.5-coder-1.5b"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def need_model():
-    if not is_fetched("qwen2.5-coder-1.5b"):
-        pytest.fail("the local model is not fetched: run `recursa models fetch "
-                    "qwen2.5-coder-1.5b` (make test does this)")
 
 
 def _events(path: Path, kind: str) -> list:
@@ -35,16 +28,26 @@ def _events(path: Path, kind: str) -> list:
 
 def test_finds_a_report_and_reads_it_with_a_subcall_k_of_n(tmp_path: Path):
     """The demo's task on 3 seeds: at least 2 right, and every right answer's facts came from a
-    sub-call or a cell's output, not from the model's memory (it cannot know them)."""
-    right = 0
-    for seed in (0, 1, 2):
-        case = make_case(seed, chars=120_000)
-        trace = tmp_path / f"t{seed}.jsonl"
-        rlm = RLM(model=MODEL, max_iterations=6, max_output_chars=2000, max_seconds=240,
+    sub-call or a cell's output, not from the model's memory (it cannot know them). The three
+    runs go at once through one llama-server, whose 3 slots decode together: three replies at
+    once cost it about a third less CPU than one after another."""
+    seeds = (0, 1, 2)
+    cases = {seed: make_case(seed, chars=120_000) for seed in seeds}
+
+    async def one(seed: int):
+        # max_seconds: a bound, not the test (twice one run's 240 s: three share the server)
+        rlm = RLM(model=MODEL, max_iterations=6, max_output_chars=2000, max_seconds=480,
                   model_options={"temperature": 0.0, "max_tokens": 400},
                   sub_model_options={"temperature": 0.0, "max_tokens": 200},
-                  trace_path=trace)
-        res = rlm.completion(case.query, context=case.context)
+                  trace_path=tmp_path / f"t{seed}.jsonl")
+        return await rlm.acompletion(cases[seed].query, context=cases[seed].context)
+
+    async def all_seeds():
+        return await asyncio.gather(*(one(seed) for seed in seeds))
+
+    right = 0
+    for seed, res in zip(seeds, asyncio.run(all_seeds()), strict=True):
+        case, trace = cases[seed], tmp_path / f"t{seed}.jsonl"
         assert res.status != "error", (seed, res.error)
         if case.check(res.answer):
             right += 1

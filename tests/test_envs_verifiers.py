@@ -84,6 +84,19 @@ async def test_policy_serves_sub_calls_when_no_sub_model() -> None:
     assert state["reward"] == 1.0
 
 
+async def test_the_loops_own_rules_apply() -> None:
+    """The policy's replies go through recursa's step machine: a cell sent again is not run
+    again, and an answer stated in prose commits it (design note 10)."""
+    env = load_environment("verbatim_copy", "rlm", num_examples=1, length_tokens=50,
+                           sandbox="inprocess")
+    cell = "```repl\nprint(len(context))\n```"
+    root = ReplayClient([cell, cell, "Final answer: copied"])
+    state = await env.rollout(_input(env), RecursaClient(root), "policy")
+    assert len(state["trajectory"]) == 3
+    assert "same code as in turn 1" in root.calls[2][-1]["content"]
+    assert state["recursa"]["answer"] == "copied" and state["recursa"]["ready"]
+
+
 async def test_llm_variants() -> None:
     env = load_environment("math_python", "llm", num_examples=1)
     gold = env.get_eval_dataset()[0]["answer"]

@@ -12,17 +12,12 @@ import uuid
 
 import pytest
 
+from helpers_scripted import SYSTEM_MARK, repl
 from openai_testserver import Fault, OpenAITestServer, count_tokens
 from recursa import RLM
 from recursa.models.openai_client import OpenAIClient
 from recursa.models.replay import ReplayClient
 from recursa.trace import load
-
-SYSTEM_MARK = "persistent Python REPL"
-
-
-def repl(code: str) -> str:
-    return f"```repl\n{code}\n```"
 
 
 def sub_client(srv: OpenAITestServer, **kw) -> OpenAIClient:

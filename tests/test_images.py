@@ -14,6 +14,7 @@ import pytest
 PIL = pytest.importorskip("PIL")
 from PIL import Image as PILImage  # noqa: E402
 
+from helpers_images import quadrants  # noqa: E402
 from openai_testserver import OpenAITestServer  # noqa: E402
 from provider_fakes import ProviderFake  # noqa: E402
 from recursa import RLM, images  # noqa: E402
@@ -23,17 +24,6 @@ from recursa.models import make_client  # noqa: E402
 from recursa.models.replay import ReplayClient  # noqa: E402
 from recursa.trace import load_events  # noqa: E402
 from recursa.types import ContextError, ModelError  # noqa: E402
-
-
-def quadrants(w: int = 64, h: int = 48, fmt: str = "PNG") -> bytes:
-    """An image with four coloured quadrants, so a crop's content shows where it was cut."""
-    im = PILImage.new("RGB", (w, h), (255, 0, 0))
-    im.paste((0, 255, 0), (w // 2, 0, w, h // 2))
-    im.paste((0, 0, 255), (0, h // 2, w // 2, h))
-    im.paste((255, 255, 0), (w // 2, h // 2, w, h))
-    buf = io.BytesIO()
-    im.save(buf, format=fmt)
-    return buf.getvalue()
 
 
 def decode_data_url(url: str) -> PILImage.Image:
@@ -106,10 +96,13 @@ def test_directory_with_images_and_a_bad_one(tmp_path):
     assert any("broken.png: skipped" in n and "corrupt PNG" in n for n in prep.notes)
 
 
-def test_a_path_in_a_list_must_be_an_image(tmp_path):
+def test_a_path_in_a_list_is_read_and_must_exist(tmp_path):
+    # a text or document file in a list is read like a --context file (recursa.documents)
     (tmp_path / "t.txt").write_text("x")
-    with pytest.raises(ContextError, match=r"\[0\]: a path inside a list/dict context must be"):
-        ctx.prepare([tmp_path / "t.txt"], tmp_path / "w")
+    prep = ctx.prepare([tmp_path / "t.txt"], tmp_path / "w")
+    assert json.loads(Path(prep.payload.path).read_text()) == ["x"]
+    with pytest.raises(ContextError, match=r"context path does not exist: .*nope.png"):
+        ctx.prepare([tmp_path / "nope.png"], tmp_path / "w")
 
 
 def test_http_urls_are_refused():

@@ -1,5 +1,6 @@
-"""recursa.lean_imports: httpx imported without the packages recursa never uses, hidden from the
-importing thread only, and the garbage collector paused and restored around imports."""
+"""recursa.lean_imports: in the `recursa` command's own process, httpx imported without the
+packages the command never uses, hidden from the importing thread only, and the garbage
+collector paused and restored around imports; the library itself leaves httpx as it is."""
 
 from __future__ import annotations
 
@@ -27,17 +28,16 @@ def _installed(name: str) -> bool:
 
 
 @pytest.mark.skipif(not _installed("click"), reason="click is not installed here")
-def test_the_library_imports_httpx_without_its_command_line_and_click_still_imports() -> None:
+def test_the_library_leaves_httpx_as_httpx_has_it() -> None:
     r = _fresh(
         "import sys, json\n"
+        "finders = list(sys.meta_path)\n"
         "import recursa.models.openai_client\n"
-        "before = 'click' in sys.modules\n"
-        "import httpx, httpcore._synchronization as sync, click\n"
-        "print(json.dumps({'before': before, 'click': click.__name__,"
-        " 'main_is_stub': httpx.main.__module__ == 'httpx', 'trio': sync.trio is not None}))")
-    # the library leaves trio alone: httpcore still runs under trio when trio is installed
-    assert r == {"before": False, "click": "click", "main_is_stub": True,
-                 "trio": _installed("trio")}
+        "import httpx, httpcore._synchronization as sync\n"
+        "print(json.dumps({'finders_kept': sys.meta_path == finders,"
+        " 'httpx_cli': 'httpx._main' in sys.modules, 'trio': sync.trio is not None}))")
+    # httpx's own command and httpcore's trio support are there when installed
+    assert r == {"finders_kept": True, "httpx_cli": True, "trio": _installed("trio")}
 
 
 @pytest.mark.skipif(not (_installed("trio") and _installed("h2")), reason="trio/h2 not installed")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shlex
 import socket
 import stat
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers_procs import tcp_listeners
 from recursa.models import llama_server
 from recursa.models.local import LocalClient
 from recursa.types import ModelError
@@ -70,29 +70,6 @@ FAKE = textwrap.dedent('''
     print("listening on", host, flush=True)
     srv.serve_forever()
 ''')
-
-
-def tcp_listeners(pid: int) -> list[str]:
-    """The TCP sockets process `pid` listens on (local addresses, hex as in /proc/net/tcp)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    found = []
-    for table in ("tcp", "tcp6"):
-        try:
-            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            if f[3] == "0A" and f[9] in inodes:       # state LISTEN, inode ours
-                found.append(f[1])
-    return found
 
 
 @pytest.fixture

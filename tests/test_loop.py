@@ -9,37 +9,13 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from helpers_scripted import is_root, repl, root_calls, root_script
 from recursa import RLM, Budget
 from recursa.models.replay import ReplayClient
 from recursa.trace import load_events
 from recursa.types import ContextError, ModelError
 
 CTX = "alpha beta gamma\n" * 200
-
-
-def is_root(messages) -> bool:
-    return messages[0]["role"] == "system" and "persistent Python REPL" in messages[0]["content"]
-
-
-def root_script(*replies: str):
-    """A responder: root turns get `replies` in order; sub-calls echo their prompt."""
-    state = {"i": 0}
-
-    def respond(messages):
-        if is_root(messages):
-            r = replies[min(state["i"], len(replies) - 1)]
-            state["i"] += 1
-            return r
-        return "sub:" + messages[-1]["content"][:40]
-    return respond
-
-
-def root_calls(client: ReplayClient) -> list:
-    return [c for c in client.calls if is_root(c)]
-
-
-def repl(code: str) -> str:
-    return f"Thinking.\n```repl\n{code}\n```"
 
 
 @pytest.fixture(params=["inprocess", "local"])

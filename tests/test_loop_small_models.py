@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from helpers_scripted import repl
 from recursa import RLM, prompts
 from recursa.compaction import history_budget
 from recursa.compaction import msg_tokens as _msg_tokens
@@ -25,13 +26,9 @@ from recursa.parse import (
     prose_answer,
 )
 from recursa.trace import load
-from recursa.types import Completion, Message
+from recursa.types import Capabilities, Completion, Message
 
 CTX = "".join(f"line {i:04d}: the quick brown fox jumps over the lazy dog\n" for i in range(400))
-
-
-def repl(code: str) -> str:
-    return f"```repl\n{code}\n```"
 
 
 class Recording:
@@ -41,7 +38,7 @@ class Recording:
     def __init__(self, replies: list[str], context_window: int | None = None) -> None:
         self.inner = ReplayClient(list(replies))
         self.name = "replay:root"
-        self.context_window = context_window
+        self.capabilities = Capabilities(context_window=context_window)
         self.calls: list[list[Message]] = []
         self.replies: list[str] = []
         self.options: list[dict[str, Any]] = []
@@ -280,7 +277,8 @@ def test_an_empty_answer_is_never_committed(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ compaction
 def test_history_budget() -> None:
     def env(window: int | None, max_tokens: int | None = None, cap: int | None = None) -> Any:
-        return SimpleNamespace(root_client=SimpleNamespace(context_window=window),
+        caps = Capabilities(context_window=window)
+        return SimpleNamespace(root_client=SimpleNamespace(capabilities=caps),
                                root_options={"max_tokens": max_tokens} if max_tokens else {},
                                max_history_tokens=cap)
     assert history_budget(env(None)) is None

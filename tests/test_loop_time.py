@@ -3,8 +3,9 @@
 The models are a real OpenAI-protocol HTTP server (tests/openai_testserver.py) that holds the
 requests it is told to (it sleeps), reached through the real OpenAIClient; the sandbox is the
 real local one. Each test checks the run's wall time against the promise: at most 1 s past
-`max_seconds`, plus the one last-answer turn, which has its own timeout. Before this promise
-a call cut by its client's timeout was retried, and the last-answer turn had no timeout.
+`max_seconds`, the one last-answer turn included (its time is reserved inside the limit,
+recursa.deadline). Before this promise a call cut by its client's timeout was retried, and the
+last-answer turn came on top of the limit.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from helpers_scripted import repl
 from openai_testserver import Fault, OpenAITestServer
 from recursa import RLM
 from recursa.models.openai_client import OpenAIClient
@@ -23,10 +25,6 @@ from recursa.trace import load
 MAX_S = 1.5
 SLACK = 1.0          # the promise: at most 1 s past max_seconds (+ the last turn)
 HANG = Fault.hang(60)
-
-
-def repl(code: str) -> str:
-    return f"```repl\n{code}\n```"
 
 
 def _user(req: dict[str, Any]) -> str:
@@ -117,24 +115,24 @@ def test_a_running_cell_is_cut(tmp_path: Path, sandbox: str) -> None:
     assert_clean_trace(tr)
 
 
-def test_the_last_turn_has_its_own_timeout_and_the_draft_stays(tmp_path: Path) -> None:
+def test_the_last_turn_is_cut_inside_the_limit_and_the_draft_stays(tmp_path: Path) -> None:
     # a cell cut at the limit loses what it did (its worker is stopped): the draft is set by
     # the turn before
     turns = [repl('answer["content"] = "draft 7"\nprint("ok")'), repl('llm_query("read")')]
     with OpenAITestServer(responder=responder(*turns, last=HANG)) as srv:
         res, wall, tr = run(srv, tmp_path, last_turn_seconds=1.0)
-    assert wall < MAX_S + SLACK + 1.0 + 0.5, wall   # the last turn is cut at its 1 s
+    assert wall < MAX_S + SLACK, wall   # the hung last turn is cut at max_seconds
     assert (res.status, res.limit) == ("limit", "max_seconds")
     assert (res.answer, res.answer_source) == ("draft 7", "answer_variable")
     assert_clean_trace(tr)
     last = [n for n in tr.walk() if n.kind == "turn"][-1]
-    assert last.data.get("last") and "1 s" in last.data["error"]
+    assert last.data.get("last") and "max_seconds" in last.data["error"]
 
 
 @pytest.mark.model
 def test_local_model_run_stops_near_its_time_limit(tmp_path: Path) -> None:
     """The real local model (≈10 tokens/s on 2 cores): a 20 s limit ends the run within 1 s
-    plus the last-answer turn (5 s by default at this limit)."""
+    of it, the last-answer turn included."""
     trace = tmp_path / "t.jsonl"
     ctx = "".join(f"record {i}: the value of key-{i} is {i * 7 % 1000}\n" for i in range(3000))
     rlm = RLM(model="local:qwen2.5-coder-1.5b", sandbox="local", trace_path=trace,
@@ -143,7 +141,10 @@ def test_local_model_run_stops_near_its_time_limit(tmp_path: Path) -> None:
     res = rlm.completion("Add up every value whose key number is a multiple of 7 and explain "
                          "each step in detail.", context=ctx)
     wall = time.monotonic() - t0
-    assert wall < 20 + SLACK + 5.0 + 1.0, wall
+    assert res.elapsed_s < 20 + SLACK, res.elapsed_s      # the run itself keeps the promise
+    # the call returns once the event loop has shut down: a llama-server still starting in a
+    # worker thread (a cold, loaded machine) holds it up
+    assert wall < 20 + SLACK + 1.0, wall
     tr = load(trace)
     assert tr.finished and not tr.open_nodes
     if res.status != "final":

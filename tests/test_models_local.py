@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers_procs import tcp_listeners
 from recursa import RLM
 from recursa.models import llama_server, make_client
 from recursa.models.fetch import fetch_model
@@ -25,7 +26,6 @@ from recursa.models.local import LocalClient
 from recursa.models.replay import ReplayClient
 from recursa.trace import load
 from recursa.types import ModelError
-from test_llama_socket import tcp_listeners
 
 QUESTION = [{"role": "user", "content": "What is 2+3? Reply with just the number."}]
 

@@ -40,11 +40,12 @@ def sentiment(messages) -> str:
     return "negative" if "awful" in messages[-1]["content"].split("\n\n---\n")[0] else "positive"
 
 
-def run(root, sub=sentiment, context=REVIEWS, trace: Path | None = None, **kw):
+def run(root, sub=sentiment, context=REVIEWS, trace: Path | None = None,
+        query: str = "How many reviews are negative?", **kw):
     sub_client = ReplayClient(sub, name="local:fake-sub")
     rlm = RLM(model=root, sub_model=sub_client, sandbox="inprocess", strategy="plan",
               preflight=False, trace_path=trace, **kw)
-    return rlm.completion("How many reviews are negative?", context=context), sub_client
+    return rlm.completion(query, context=context), sub_client
 
 
 def first_code_message(root: ReplayClient) -> str:
@@ -147,6 +148,8 @@ def test_pairs_plan_pairs_ids_by_code():
 @pytest.mark.parametrize("reply, why", [
     ("I would search for it.", "not a valid plan"),
     ('{"plan": "label_count", "instruction": "x", "labels": ["only one"]}', "not a valid plan"),
+    ('{"plan": "label_count", "instruction": "x", "labels": ["code", "Code "]}',
+     "at least two different labels"),
 ])
 def test_a_bad_plan_falls_back_to_code_saying_so(reply, why):
     root = scripted(reply, "FINAL(str(len(context.splitlines())))")
@@ -246,3 +249,37 @@ def test_the_live_view_shows_the_bound_before_the_plan_runs():
     finally:
         view.close()
     assert "plan label_count: at most 30 sub-calls, 1,240 tokens, $0.0012" in buf.getvalue()
+
+
+def test_repeated_labels_are_dropped_and_the_count_still_runs():
+    root = scripted({"plan": "label_count", "instruction": "Negative?",
+                     "labels": ["negative", "Negative", "positive"]},
+                    "FINAL(str(label_counts['negative']))")
+    res, sub = run(root)
+    assert res.answer == "10" and len(sub.calls) == 30
+    msg = first_code_message(root)
+    assert "negative: 10" in msg and "positive: 20" in msg and "Negative:" not in msg
+
+
+@pytest.mark.parametrize("query, kind", [
+    ("What code opens the bike shed at the jail? Answer with the number only.", "retrieve_read"),
+    ("How many reviews are negative?", "label_count"),
+    ("Which shop received the fewest complaints?", "label_count"),
+    ("There is more than one code for the shed. List them.", "retrieve_read"),
+])
+def test_a_labelling_plan_is_kept_only_for_a_query_that_asks_for_an_aggregate(query, kind):
+    plan = pl.parse(json.dumps({"plan": "label_count", "instruction": "Count 'code'",
+                                "labels": ["code", "other"]}))
+    fitted = pl.fits(plan, query)
+    assert fitted.plan == kind
+    if kind == "retrieve_read":
+        assert fitted.question == query
+
+
+def test_a_misread_labelling_plan_runs_as_a_retrieval_of_the_query():
+    root = scripted({"plan": "label_count", "instruction": "Count the word 'code'",
+                     "labels": ["code", "none"]}, "FINAL(plan_answers[0])")
+    res, sub = run(root, sub=lambda m: "4827193" if "User 7:" in m[-1]["content"] else "none",
+                   query="Which code does user 7 use? Answer with the number only.")
+    assert "retrieve_read" in first_code_message(root)
+    assert res.answer == "4827193"

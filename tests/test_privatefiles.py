@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers_scripted import repl, root_script
 from recursa import RLM
 from recursa.models.cache import ResponseCache
 from recursa.models.replay import ReplayClient
 from recursa.privatefiles import open_private, private_dir, touch_private, write_private_text
 from recursa.trace import JsonlSink, Tracer
-from test_loop import repl, root_script
 
 
 def mode(p: str | Path) -> int:

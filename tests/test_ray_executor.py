@@ -29,7 +29,7 @@ from recursa.bench.runner import (  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-RESPONDER = "test_bench_methods:sniah_model"
+RESPONDER = "helpers_scripted:sniah_model"
 
 
 def configs(*methods: str) -> list[MethodConfig]:

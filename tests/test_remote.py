@@ -47,6 +47,22 @@ async def handler(kind: str, args: dict[str, Any]) -> Any:
     return f"{kind}?"
 
 
+class Running:
+    """`handler`, and an event for "the cell is running now": the cell calls
+    llm_query('running') first, so a test acts mid-cell without guessing how long starting takes."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    async def __call__(self, kind: str, args: dict[str, Any]) -> Any:
+        if kind == "llm" and args.get("prompt") == "running":
+            self.event.set()
+        return await handler(kind, args)
+
+    async def wait(self) -> None:
+        await asyncio.wait_for(self.event.wait(), 20)
+
+
 # ---------------------------------------------------------------- stand-ins
 class LocalStreamTransport(StreamTransport):
     """The supervisor + worker as a local process whose output reaches feed() the way an SDK
@@ -133,11 +149,13 @@ class LocalLauncher:
         self.remote: Path | None = None
         self.uploads: list[str] = []
         self.prepared = 0
+        self.preparing = asyncio.Event()
         self.cleaned = 0
         self.transports: list[Transport] = []
 
     async def prepare(self, files: dict[str, str]) -> str:
         self.prepared += 1
+        self.preparing.set()
         if self.prepare_delay:
             await asyncio.sleep(self.prepare_delay)
         self.remote = self.root / "remote"
@@ -245,10 +263,10 @@ async def wait_dead(pid: int, timeout: float = 5.0) -> bool:
 async def remote(tmp_path: Path):
     made: list[Sandbox] = []
 
-    async def make(launcher: LocalLauncher, **opts: Any) -> RemoteSandbox:
+    async def make(launcher: LocalLauncher, on_call: Any = handler, **opts: Any) -> RemoteSandbox:
         sb = RemoteSandbox(launcher, **opts)
         made.append(sb)
-        await sb.start(payload_for(tmp_path), handler)
+        await sb.start(payload_for(tmp_path), on_call)
         return sb
 
     yield make
@@ -340,12 +358,13 @@ async def test_text_stream_ignores_foreign_lines_and_catches_corruption(
 @pytest.mark.parametrize("mode", MODES)
 async def test_remote_process_killed_mid_cell(remote: Any, tmp_path: Path, mode: str) -> None:
     launcher = LocalLauncher(tmp_path, mode=mode)
-    sb = await remote(launcher)
+    running = Running()
+    sb = await remote(launcher, on_call=running)
     await sb.run("keep = 'me'", timeout=10, max_output_chars=1000)
     pid = sb.session.info["pid"]
-    task = asyncio.create_task(sb.run("import time\ntime.sleep(30)", timeout=60,
-                                      max_output_chars=1000))
-    await asyncio.sleep(0.5)
+    task = asyncio.create_task(sb.run("llm_query('running')\nimport time\ntime.sleep(30)",
+                                      timeout=60, max_output_chars=1000))
+    await running.wait()
     os.kill(pid, signal.SIGKILL)
     cell = await asyncio.wait_for(task, 20)
     assert cell.restarted and "died while running this cell" in (cell.error or "")
@@ -362,13 +381,15 @@ async def test_kill_stops_a_busy_supervised_worker(remote: Any, tmp_path: Path,
     """Providers with no per-process kill rely on closing stdin: the supervisor kills the
     worker's process group even mid-cell, including processes the cell started."""
     launcher = LocalLauncher(tmp_path, mode=mode)
-    sb = await remote(launcher)
+    running = Running()
+    sb = await remote(launcher, on_call=running)
     cell = await sb.run("import subprocess\np = subprocess.Popen(['sleep', '60'])\np.pid",
                         timeout=10, max_output_chars=100)
     child = int(cell.value or 0)
     worker = sb.session.info["pid"]
-    task = asyncio.create_task(sb.run("while True: pass", timeout=60, max_output_chars=100))
-    await asyncio.sleep(0.3)
+    task = asyncio.create_task(sb.run("llm_query('running')\nwhile True: pass", timeout=60,
+                                      max_output_chars=100))
+    await running.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -417,7 +438,7 @@ async def test_cleanup_on_cancellation_during_start(tmp_path: Path) -> None:
     launcher = LocalLauncher(tmp_path, prepare_delay=30)
     sb = RemoteSandbox(launcher)
     task = asyncio.create_task(sb.start(payload_for(tmp_path), handler))
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(launcher.preparing.wait(), 20)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -426,19 +447,18 @@ async def test_cleanup_on_cancellation_during_start(tmp_path: Path) -> None:
 
 async def test_cleanup_on_cancellation_during_a_cell(tmp_path: Path) -> None:
     launcher = LocalLauncher(tmp_path)
-    started = asyncio.Event()
+    running = Running()
     pids: list[int] = []
 
     async def use() -> None:
         async with RemoteSandbox(launcher) as sb:
-            await sb.start(payload_for(tmp_path), handler)
+            await sb.start(payload_for(tmp_path), running)
             pids.append(sb.session.info["pid"])
-            started.set()
-            await sb.run("import time\ntime.sleep(60)", timeout=120, max_output_chars=100)
+            await sb.run("llm_query('running')\nimport time\ntime.sleep(60)", timeout=120,
+                         max_output_chars=100)
 
     task = asyncio.create_task(use())
-    await asyncio.wait_for(started.wait(), 20)
-    await asyncio.sleep(0.3)
+    await running.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -3,53 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers_sandbox import Recorder, payload_for, run
 from recursa.sandbox import InProcessSandbox, LocalSandbox, make_sandbox
 from recursa.types import ContextPayload, Sandbox
 
 KINDS = ["local", "inprocess"]
-
-
-def payload_for(tmp_path: Path, value: Any, kind: str = "text") -> ContextPayload:
-    path = tmp_path / ("context.json" if kind == "json" else "context.txt")
-    data = json.dumps(value) if kind == "json" else value
-    path.write_text(data, encoding="utf-8")
-    raw = path.read_bytes()
-    return ContextPayload(path=str(path), kind=kind, sha256=hashlib.sha256(raw).hexdigest(),
-                          size_bytes=len(raw))
-
-
-class Recorder:
-    """A CallHandler that answers deterministically and remembers what it was asked."""
-
-    def __init__(self, delay: float = 0.0, fail: bool = False):
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.delay = delay
-        self.fail = fail
-
-    async def __call__(self, kind: str, args: dict[str, Any]) -> Any:
-        self.calls.append((kind, args))
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if self.fail:
-            raise ValueError("boom")
-        if kind == "llm":
-            return f"LLM[{args['prompt']}]"
-        if kind == "llm_batch":
-            return [f"LLM[{p}]" for p in args["prompts"]]
-        if kind == "rlm":
-            return f"RLM[{args['prompt']}|{args['context']}]"
-        if kind == "rlm_batch":
-            ctxs = args["contexts"] or [None] * len(args["prompts"])
-            return [f"RLM[{p}|{c}]" for p, c in zip(args["prompts"], ctxs, strict=True)]
-        raise AssertionError(kind)
 
 
 @pytest.fixture
@@ -68,11 +31,6 @@ async def sandboxes():
         await sb.close()
 
 
-async def run(sb: Sandbox, code: str, timeout: float = 10.0, max_output_chars: int = 10_000):
-    return await sb.run(code, timeout=timeout, max_output_chars=max_output_chars)
-
-
-# ------------------------------------------------------------------ basics
 @pytest.mark.parametrize("kind", KINDS)
 async def test_text_context_and_persistence(kind, tmp_path, sandboxes):
     sb = await sandboxes(kind, payload_for(tmp_path, "héllo\nworld"))
@@ -325,3 +283,24 @@ def test_inprocess_cells_and_the_host_parse_under_one_lock() -> None:
     assert done.wait(10)
     t.join()
     assert parse_python("y = 2").body    # and the host's own parse still works
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_cancel_that_lands_as_a_call_returns_still_cancels_the_cell(
+        kind, tmp_path, sandboxes):
+    """Cancelled right as the cell's llm_query is answered, the run stops at once. (Python
+    3.11's asyncio.wait_for returned the event that had just arrived and dropped the cancel, so
+    the cell ran to its end.)"""
+    answered = asyncio.Event()
+
+    async def handler(kind: str, args: dict[str, Any]) -> Any:
+        answered.set()
+        return "ok"
+    sb = await sandboxes(kind, payload_for(tmp_path, "c"), handler)
+    task = asyncio.create_task(run(sb, "llm_query('go')\nimport time\ntime.sleep(5)"))
+    await asyncio.wait_for(answered.wait(), 20)
+    t0 = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - t0 < 2

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 import sandbox_asuser
+from helpers_sandbox import needs_bwrap
 from openai_testserver import OpenAITestServer
 from recursa import RLM
 from recursa.models.replay import ReplayClient
@@ -38,10 +39,8 @@ from recursa.sandbox import uids as uids_mod
 from recursa.sandbox.isolation import IsolationUnavailable, unavailable_reason
 from recursa.sandbox.protocol import WORKER_PATH
 from recursa.tempdirs import WORKER_UID_MAX, WORKER_UID_MIN
-from test_sandbox_isolation import HAVE_BWRAP
 
 ROOT = os.geteuid() == 0
-needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap not usable here")
 MISSING = "/nonexistent/bwrap"
 FINAL_X = "```repl\nFINAL('x')\n```"
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from recursa.sandbox import LocalSandbox
+from helpers_procs import alive
+from helpers_sandbox import run, started
 from recursa.types import SandboxError
-from test_sandbox import Recorder, payload_for, run
 
 # Model-written code: the worker's channel and the running cell's id, found through gc, and a
 # raw frame writer (under the channel's lock, so frames do not interleave with honest ones).
@@ -32,14 +32,6 @@ FORGE = (
     "def frame(msg):\n"
     "    raw(json.dumps(msg).encode())\n"
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def rss_mb() -> float:
@@ -73,16 +65,6 @@ class PeakRss:
     @property
     def growth(self) -> float:
         return self.peak - self.base
-
-
-async def started(tmp_path, handler: Any = None, **opts: Any) -> LocalSandbox:
-    sb = LocalSandbox(**opts)
-    try:
-        await sb.start(payload_for(tmp_path, "the context"), handler or Recorder())
-    except BaseException:
-        await sb.close()
-        raise
-    return sb
 
 
 async def test_a_frame_of_nested_empty_objects_is_refused_before_parsing(tmp_path):

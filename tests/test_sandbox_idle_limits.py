@@ -11,13 +11,9 @@ from pathlib import Path
 import pytest
 
 import sandbox_asuser
+from helpers_procs import alive
+from helpers_sandbox import MECHS, MODES, run, started
 from recursa.sandbox.local import disk_usage
-from test_sandbox import run
-from test_sandbox_frames import alive
-from test_sandbox_isolation import HAVE_BWRAP
-from test_sandbox_treelimits import MECHS, started
-
-MODES = ["bwrap", "limits"] if HAVE_BWRAP else ["limits"]
 
 # 32 MiB written by a thread after its cell returned, in 1 MiB steps.
 LATE_WRITER = (

@@ -12,15 +12,11 @@ import uuid
 
 import pytest
 
+from helpers_procs import alive, processes_with
+from helpers_sandbox import MODES, Recorder, needs_bwrap, payload_for, run
 from recursa.sandbox import LocalSandbox, WorkerSession
-from recursa.sandbox.isolation import bwrap_works, find_bwrap
 from recursa.sandbox.transport import SubprocessTransport, descendants, describe_exit
 from recursa.types import SandboxError
-from test_sandbox import Recorder, payload_for, run
-
-HAVE_BWRAP = bool(find_bwrap()) and bwrap_works(find_bwrap() or "")
-needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap not usable here")
-MODES = ["bwrap", "limits"] if HAVE_BWRAP else ["limits"]
 
 
 @pytest.fixture
@@ -38,20 +34,6 @@ async def local(tmp_path):
         await sb.close()
 
 
-def processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
-# ------------------------------------------------------------------ restarts
 @pytest.mark.parametrize("mode", MODES)
 async def test_uninterruptible_cell_times_out_and_restarts(mode, local):
     sb = await local("0123456789", isolation=mode, interrupt_grace=0.3)
@@ -127,10 +109,15 @@ async def test_memory_bomb_is_contained(mode, local):
 
 
 async def test_cancelled_run_restarts_before_next_cell(local):
-    sb = await local(isolation="limits")
+    running = asyncio.Event()
+
+    async def handler(kind, args):     # the cell's first line: it is running now
+        running.set()
+        return "ok"
+    sb = await local(isolation="limits", handler=handler)
     await run(sb, "gone = 1")
-    task = asyncio.create_task(run(sb, "import time\ntime.sleep(30)"))
-    await asyncio.sleep(0.3)
+    task = asyncio.create_task(run(sb, "llm_query('running')\nimport time\ntime.sleep(30)"))
+    await asyncio.wait_for(running.wait(), 20)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -347,19 +334,11 @@ async def test_worker_dies_when_host_is_killed(mode, tmp_path):
         host.kill()
         await host.wait()
     for _ in range(60):
-        alive = [p for p in tree if os.path.exists(f"/proc/{p}") and not _zombie(p)]
-        if not alive:
+        left = [p for p in tree if alive(p)]
+        if not left:
             break
         await asyncio.sleep(0.05)
-    assert alive == []
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except OSError:
-        return True
+    assert left == []
 
 
 def test_sandboxes_satisfy_the_protocol():

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers_procs import alive
+from helpers_sandbox import MODES, Recorder, needs_bwrap, payload_for, run
+from helpers_wait import wait_until
 from recursa import RLM
 from recursa.models.replay import ReplayClient
 from recursa.sandbox import LocalSandbox, protocol
@@ -27,11 +30,7 @@ from recursa.sandbox.transport import (
     descendants,
     processes_with,
 )
-from test_sandbox import Recorder, payload_for, run
-from test_sandbox_isolation import HAVE_BWRAP, _zombie
 
-MODES = ["bwrap", "limits"] if HAVE_BWRAP else ["limits"]
-needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP, reason="bubblewrap not usable here")
 ROOT = os.geteuid() == 0
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 
@@ -71,20 +70,6 @@ async def probe(sb: LocalSandbox) -> dict:
     return eval(cell.value)
 
 
-def alive(pid: int) -> bool:
-    return os.path.exists(f"/proc/{pid}") and not _zombie(pid)
-
-
-def wait_until(pred, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
-
-
-# ------------------------------------------------------------------ a spare is used
 @pytest.mark.parametrize("mode", MODES)
 async def test_second_start_adopts_a_prestarted_worker(mode, tmp_path):
     first = await started(tmp_path, "one", isolation=mode, prewarm=1)
@@ -404,7 +389,7 @@ def _worker_tree() -> set[int]:
                 cmd = f.read()
         except OSError:
             continue
-        if (b"worker.py" in cmd or b"bwrap" in cmd) and not _zombie(pid):
+        if (b"worker.py" in cmd or b"bwrap" in cmd) and alive(pid):
             out.add(pid)
     # A zygote other tests started lives as long as this process, by design: not a leak.
     for pid in list(out):
@@ -485,7 +470,7 @@ def _processes_under(marker: str) -> list[int]:
             cwd = os.readlink(f"/proc/{entry}/cwd")
         except OSError:
             continue
-        if (marker.encode() in cmd or cwd.startswith(marker)) and not _zombie(int(entry)):
+        if (marker.encode() in cmd or cwd.startswith(marker)) and alive(int(entry)):
             found.append(int(entry))
     return found
 

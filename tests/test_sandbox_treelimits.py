@@ -10,16 +10,8 @@ import os
 
 import pytest
 
-from recursa.sandbox import LocalSandbox
-from recursa.sandbox.treelimits import WATCH, cgroup_host
-from test_sandbox import Recorder, payload_for, run
-from test_sandbox_isolation import HAVE_BWRAP
-
-MODES = ["bwrap", "limits"] if HAVE_BWRAP else ["limits"]
-HAVE_CGROUPS = cgroup_host() is not None
-needs_cgroups = pytest.mark.skipif(not HAVE_CGROUPS, reason="no usable cgroups here")
-# (cgroups on?, marker in the message)
-MECHS = [pytest.param(True, "cgroup", marks=needs_cgroups), pytest.param(False, "host watch")]
+from helpers_sandbox import MECHS, MODES, needs_cgroups, run, started
+from recursa.sandbox.treelimits import WATCH
 
 # Four children of 100 MB each (resident: bytearray zero-fills its pages), each far under the
 # 300 MB limit, together over it. The cell then waits for them.
@@ -32,16 +24,6 @@ CHILDREN = (
     "print('all children hold their memory')\n"
     "time.sleep(30)\n"
 )
-
-
-async def started(tmp_path, **opts) -> LocalSandbox:
-    sb = LocalSandbox(**opts)
-    try:
-        await sb.start(payload_for(tmp_path, "the context"), Recorder())
-    except BaseException:
-        await sb.close()
-        raise
-    return sb
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from helpers_sandbox import Recorder, payload_for
 from recursa.sandbox import LocalSandbox
-from test_sandbox import Recorder, payload_for
 
 uvloop = pytest.importorskip("uvloop")
 

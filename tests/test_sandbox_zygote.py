@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 
 import sandbox_asuser
+from helpers_sandbox import HAVE_BWRAP, Recorder, payload_for, run
 from recursa.sandbox import LocalSandbox, forkserver
 from recursa.sandbox.local import nproc_per_userns
 from recursa.sandbox.transport import descendants
-from test_sandbox import Recorder, payload_for, run
-from test_sandbox_isolation import HAVE_BWRAP
 
 ROOT = os.geteuid() == 0
 RUN_UID = 1000   # zygote.RUN_UID: a run's uid inside its own user namespace (not root)

@@ -13,6 +13,7 @@ import pytest
 if not all(importlib.util.find_spec(m) for m in ("wordllama", "bm25s")):
     pytest.skip("needs the search extra: pip install 'recursa[search]'", allow_module_level=True)
 
+from helpers_scripted import repl
 from recursa import RLM, search_host  # noqa: E402
 from recursa.models.replay import ReplayClient  # noqa: E402
 
@@ -21,10 +22,6 @@ FILLER = ("The committee met on Tuesday to read the annual report aloud. "
           "Members asked about the roof of the town hall and the cost of paint.\n")
 TEXT = FILLER * 150 + NEEDLE + "\n" + FILLER * 150
 QUERY = "Why did the cook stop offering seafood dishes to restaurant guests?"
-
-
-def repl(code: str) -> str:
-    return f"```repl\n{code}\n```"
 
 
 def run(context, *cells: str, sandbox: str = "local"):

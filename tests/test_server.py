@@ -19,107 +19,12 @@ openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
-from recursa.models.replay import ReplayClient  # noqa: E402
+from helpers_server import KEY, CountingSandboxes, Scripted, Server, code, make_server  # noqa: E402
 from recursa.rlm import RLM  # noqa: E402
-from recursa.sandbox import make_sandbox  # noqa: E402
 from recursa.server.openai_app import RunSpec, ServerConfig, create_app, parse_chat  # noqa: E402
-
-KEY = "test-server-key-123"
 
 
 # ---------------------------------------------------------------- harness
-class CountingSandboxes:
-    """Wraps a sandbox kind; counts sandboxes started and closed, so tests can see cleanup."""
-
-    def __init__(self, kind: str = "inprocess"):
-        self.kind = kind
-        self.started = 0
-        self.closed = 0
-        self.lock = threading.Lock()
-
-    @property
-    def open(self) -> int:
-        with self.lock:
-            return self.started - self.closed
-
-    def __call__(self) -> Any:
-        inner = make_sandbox(self.kind)
-        counter = self
-
-        class Counted:
-            isolation = inner.isolation
-
-            async def start(self, payload: Any, handler: Any) -> None:
-                with counter.lock:
-                    counter.started += 1
-                await inner.start(payload, handler)
-
-            async def run(self, code: str, **kw: Any) -> Any:
-                return await inner.run(code, **kw)
-
-            async def close(self) -> None:
-                try:
-                    await inner.close()
-                finally:
-                    with counter.lock:
-                        counter.closed += 1
-        return Counted()
-
-
-def code(src: str) -> str:
-    return f"```repl\n{src}\n```"
-
-
-class Scripted:
-    """Root and sub-model responders; the root one is a function of the first user message."""
-
-    def __init__(self, root: Callable[[list[dict[str, Any]]], Any],
-                 sub: Callable[[list[dict[str, Any]]], Any] | None = None,
-                 cost: float | None = 0.001):
-        self.root = ReplayClient(root, name="replay:root", cost_usd=cost)
-        self.sub = ReplayClient(sub or (lambda m: "sub answer"), name="replay:sub",
-                                cost_usd=cost)
-
-
-class Server:
-    def __init__(self, app: Any):
-        self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
-                                                    log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.base = f"http://127.0.0.1:{port}"
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-    def client(self, key: str | None = KEY, **kw: Any) -> Any:
-        return openai.OpenAI(base_url=self.base + "/v1", api_key=key or "none", max_retries=0,
-                             **kw)
-
-
-def make_server(scripted: Scripted, sandboxes: CountingSandboxes | None = None,
-                **config: Any) -> Server:
-    boxes = sandboxes or CountingSandboxes()
-
-    def factory(cfg: ServerConfig, spec: RunSpec) -> RLM:
-        return RLM(model=scripted.root, sub_model=scripted.sub, sandbox=boxes,
-                   on_event=spec.on_event, **cfg.limits)
-    config.setdefault("api_key", KEY)
-    config.setdefault("sessions", 0)   # one sandbox per request here (test_server_sessions.py)
-    cfg = ServerConfig(model=scripted.root, rlm_factory=factory, **config)
-    return Server(create_app(cfg))
-
-
 def wait_for(pred: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
@@ -667,7 +572,7 @@ def test_full_chain_through_a_real_upstream_http_model(monkeypatch: pytest.Monke
             shared = list(cfg.shared_clients.values())
             assert len(shared) == 1
             pools = shared[0]._http._clients        # the httpx pool shards of the server's loop
-            assert sum(len(c._transport._pool.connections) for c in pools) == 1
+            assert sum(len(c._transport.pool.connections) for c in pools) == 1
         assert resp.choices[0].message.content == "upstream says: a short summary"
         assert up.request_count == 6                      # a root turn and a sub-call each
         auth = {h.get("authorization") for h in up.headers}
@@ -713,7 +618,7 @@ def test_the_serve_command_shares_its_upstream_clients_between_requests(
             shared = list(apps[0].state.config.shared_clients.values())
             assert len(shared) == 1
             pools = shared[0]._http._clients
-            assert sum(len(c._transport._pool.connections) for c in pools) == 1
+            assert sum(len(c._transport.pool.connections) for c in pools) == 1
     assert resp.choices[0].message.content == "upstream says: a short summary"
     assert up.request_count == 6
 

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
+from helpers_scripted import repl, root_script
+from helpers_wait import wait_until
 from recursa import RLM
 from recursa.models.replay import ReplayClient
 from recursa.server.sessions import SessionPool, chat_turn, conversation_key
-from test_loop import repl, root_script
 
 pytest.importorskip("uvicorn")
-from test_server import CountingSandboxes, Scripted, code, make_server  # noqa: E402
+from helpers_server import CountingSandboxes, Scripted, code, make_server  # noqa: E402
 
 CTX = "alpha beta gamma\n" * 50
-
-
-def wait_for(cond, seconds: float = 10.0) -> bool:
-    done = threading.Event()
-    for _ in range(int(seconds / 0.05)):
-        if cond():
-            return True
-        done.wait(0.05)
-    return cond()
 
 
 def test_conversation_key_ignores_edge_whitespace_and_text_part_shape():
@@ -66,7 +56,7 @@ def test_pool_evicts_the_least_recently_used_and_closes_it():
     assert pool.take("k1") is s1       # taken out: k2 is now the oldest
     pool.put("k1", s1)
     pool.put("k3", s3)
-    assert wait_for(lambda: s2.closed), "the evicted session was not closed"
+    assert wait_until(lambda: s2.closed), "the evicted session was not closed"
     assert "eviction" in (s2.closed_reason or "")
     assert pool.take("k2") is None and len(pool) == 2 and pool.evicted == 1
     assert not s1.closed and not s3.closed
@@ -89,7 +79,7 @@ def test_pool_puts_under_one_key_leave_one_open_sandbox():
         pool.put("k", s)
         pool.put("k", s)           # the same session again: kept, not closed
     assert boxes.started == 5
-    assert wait_for(lambda: boxes.open == 1), f"{boxes.open} sandboxes open"
+    assert wait_until(lambda: boxes.open == 1), f"{boxes.open} sandboxes open"
     assert len(pool) == 1 and pool.take("k") is sessions[-1] and not sessions[-1].closed
     assert all(s.closed for s in sessions[:-1])
     # one session filed under two keys is one entry (evicting one key would close it for both)
@@ -134,7 +124,7 @@ def test_pool_forgets_a_session_that_timed_out():
     pool = SessionPool(max_sessions=4, ttl_s=600)
     s = session(idle_timeout=0.2)
     pool.put("k", s)
-    assert wait_for(lambda: s.closed), "the idle session did not close"
+    assert wait_until(lambda: s.closed), "the idle session did not close"
     assert len(pool) == 0            # what /health reports: no stale count
     assert pool.take("k") is None
 
@@ -190,7 +180,7 @@ def test_server_evicts_the_least_recently_used_session_and_closes_its_sandbox():
         a1, s1 = ask_http(srv, [{"role": "user", "content": "set x"}])
         ask_http(srv, [{"role": "user", "content": "set x"}, {"role": "assistant", "content": "?"},
                        {"role": "user", "content": "x plus one"}])   # another conversation
-        assert wait_for(lambda: boxes.closed == 1), "the evicted sandbox was not closed"
+        assert wait_until(lambda: boxes.closed == 1), "the evicted sandbox was not closed"
         a2, s2 = ask_http(srv, [{"role": "user", "content": "set x"},
                                 {"role": "assistant", "content": a1},
                                 {"role": "user", "content": "x plus one"}])
@@ -202,7 +192,7 @@ def test_server_session_ttl_closes_the_sandbox():
     boxes = CountingSandboxes()
     with make_server(Scripted(x_root), boxes, sessions=4, session_ttl_s=0.3) as srv:
         a1, _ = ask_http(srv, [{"role": "user", "content": "set x"}])
-        assert wait_for(lambda: boxes.closed == 1), "the idle session kept its sandbox"
+        assert wait_until(lambda: boxes.closed == 1), "the idle session kept its sandbox"
         a2, s2 = ask_http(srv, [{"role": "user", "content": "set x"},
                                 {"role": "assistant", "content": a1},
                                 {"role": "user", "content": "x plus one"}])

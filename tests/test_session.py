@@ -8,12 +8,12 @@ import threading
 
 import pytest
 
+from helpers_scripted import is_root, repl, root_calls, root_script
 from recursa import RLM, BudgetExceeded, ContextError
 from recursa.models.replay import ReplayClient
 from recursa.sandbox.inprocess import InProcessSandbox
 from recursa.session import HISTORY_VAR, SessionClosed
 from recursa.trace import load_runs
-from test_loop import is_root, repl, root_calls, root_script
 
 CTX = "alpha beta gamma\n" * 200
 

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers_scripted import is_root, repl
 from recursa import RLM
 from recursa.models.replay import ReplayClient
-from test_loop import is_root, repl
 
 SOAK_SECONDS = 50.0          # the whole soak stops here even on a slow machine
 TARGET_ROUNDS = 60           # a round: 4 runs at once, 1 run alone, 1 session of 2 questions

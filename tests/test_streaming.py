@@ -361,8 +361,8 @@ def test_stream_cut_is_a_model_error():
 def test_server_progress_shows_the_root_code_as_it_is_written():
     """openai client -> recursa server -> OpenAIClient (streaming) -> an upstream that streams
     slowly: the root's code reaches the client piece by piece, before the turn's summary line."""
+    from helpers_server import KEY, Server
     from recursa.server.openai_app import ServerConfig, create_app
-    from test_server import KEY, Server
 
     with OpenAITestServer(responder=_script, stream_chunk_chars=4,
                           stream_chunk_delay=0.03) as up:

@@ -11,29 +11,19 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
+from helpers_sandbox import MODES
+from helpers_wait import wait_until
 from recursa import tempdirs
 from recursa.tempdirs import identity, owned_tempdir, start_sweep, sweep_stale
-from test_sandbox_isolation import HAVE_BWRAP
 
-MODES = ["bwrap", "limits"] if HAVE_BWRAP else ["limits"]
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 ROOT = os.geteuid() == 0
 linux = pytest.mark.skipif(identity()[2] == tempdirs._UNKNOWN,
                            reason="needs /proc to tell who owns a directory")
-
-
-def wait_until(pred, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return pred()
 
 
 def owned_by(d: Path, pid: int) -> list[str]:

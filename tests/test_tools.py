@@ -22,7 +22,7 @@ from recursa.tools import (
     run_tool_loop,
 )
 from recursa.trace import Tracer, load
-from recursa.types import Completion, Usage
+from recursa.types import Capabilities, Completion, Usage
 
 
 # ------------------------------------------------------------------ schemas
@@ -220,7 +220,7 @@ class NativeClient:
     """A client that speaks OpenAI tool calls (what openai_client would need to return)."""
 
     name = "native:test"
-    supports_tools = True
+    capabilities = Capabilities(tools=True)
 
     def __init__(self) -> None:
         self.calls: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []

@@ -1,10 +1,15 @@
 """Budget (the limits of a run) and Ledger (what the whole recursion tree has spent).
 
-One Ledger is shared by a top-level run and every child RLM under it. A model call first
+The Ledger owns tokens, cost and sub-calls; time is owned by its `Deadline`
+(recursa.deadline), which the ledger only asks. One Ledger is shared by a top-level run and every child RLM under it. A model call first
 *reserves* its worst case (estimated input plus its output cap); the reservation is refused if
 it could push a limit past its bound, so concurrent calls cannot jointly overshoot. After the call,
 `settle` replaces the reservation with the truth. The only overshoot left is one call whose real
 usage exceeded its estimate, or the single last-answer turn the root gets at a limit.
+
+A ledger may have a parent (a session's, whose limits cap its questions together): every
+reservation and settlement is made in both, so the parent's limits apply to each run and its
+spend is counted there as it happens, a cancelled run's included.
 
 A cost limit is never void: once a call's cost is unknown (no price, none reported) the limit
 counts as reached, so the run stops instead of spending on unmetered.
@@ -18,6 +23,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
+from recursa.deadline import Deadline, default_reserve
 from recursa.types import BudgetExceeded, RoleUsage, Usage
 
 
@@ -40,14 +46,21 @@ class Reservation:
     cost: float
     subcall: bool
     settled: bool = False
+    parent: Reservation | None = None    # the same call's reservation in the parent ledger
 
 
 class Ledger:
     """Thread-safe spend accounting shared across a recursion tree."""
 
-    def __init__(self, budget: Budget, *, start: float | None = None):
+    def __init__(self, budget: Budget, *, start: float | None = None,
+                 deadline: Deadline | None = None, parent: Ledger | None = None):
+        """`deadline`: the run's time (default: `budget.max_seconds` from `start`, a quarter
+        kept for the last-answer turn); `parent`: a ledger whose limits apply too."""
         self.budget = budget
-        self.start = time.monotonic() if start is None else start
+        self.deadline = deadline if deadline is not None else Deadline(
+            budget.max_seconds, reserve=default_reserve(budget.max_seconds),
+            start=time.monotonic() if start is None else start)
+        self.parent = parent
         self._lock = threading.Lock()
         self._tokens = 0
         self._cost = 0.0
@@ -63,13 +76,16 @@ class Ledger:
 
     # ------------------------------------------------------------ queries
     @property
+    def start(self) -> float:
+        return self.deadline.start
+
+    @property
     def elapsed(self) -> float:
-        return time.monotonic() - self.start
+        return self.deadline.elapsed
 
     def remaining_seconds(self) -> float | None:
-        if self.budget.max_seconds is None:
-            return None
-        return self.budget.max_seconds - self.elapsed
+        """Seconds the work has left (the deadline's, the last-answer turn's reserve kept)."""
+        return self.deadline.left()
 
     @property
     def tokens(self) -> int:
@@ -95,7 +111,7 @@ class Ledger:
         sub-calls can still work with code, so it does not end the root's turns.
         """
         b = self.budget
-        if b.max_seconds is not None and self.elapsed >= b.max_seconds:
+        if self.deadline.reached():
             return "max_seconds"
         if b.max_tokens is not None and self._tokens >= b.max_tokens:
             return "max_tokens"
@@ -106,7 +122,8 @@ class Ledger:
             return "max_subcalls"
         if self.exhausted == "max_subcalls" and not subcalls:
             return None
-        return self.exhausted
+        return self.exhausted or (self.parent.limit_reached(subcalls=subcalls)
+                                  if self.parent is not None else None)
 
     # ------------------------------------------------------------ reserve / settle
     def reserve(self, *, tokens: int, cost: float | None, subcall: bool,
@@ -115,12 +132,30 @@ class Ledger:
 
         `force` admits the call regardless (the root's one last answer turn).
         """
+        up, parent = None, self.parent
+        if parent is not None:
+            try:
+                up = parent.reserve(tokens=tokens, cost=cost, subcall=subcall, force=force)
+            except BudgetExceeded as e:
+                self.exhausted = self.exhausted or e.limit
+                raise
+        try:
+            r = self._reserve(tokens=tokens, cost=cost, subcall=subcall, force=force)
+        except BudgetExceeded:
+            if parent is not None and up is not None:
+                parent.settle(up, usage=None, cost=None, role="", model="")
+            raise
+        r.parent = up
+        return r
+
+    def _reserve(self, *, tokens: int, cost: float | None, subcall: bool,
+                 force: bool) -> Reservation:
         cost = cost or 0.0
         b = self.budget
         with self._lock:
             if not force:
                 limit = None
-                if b.max_seconds is not None and self.elapsed >= b.max_seconds:
+                if self.deadline.reached():
                     limit = "max_seconds"
                 elif subcall and b.max_subcalls is not None and (
                         self._subcalls + self._reserved_subcalls + 1 > b.max_subcalls):
@@ -143,6 +178,8 @@ class Ledger:
     def settle(self, r: Reservation, *, usage: Usage | None, cost: float | None,
                role: str, model: str) -> None:
         """Replace a reservation by what the call really spent (usage None: it failed free)."""
+        if r.parent is not None and self.parent is not None:
+            self.parent.settle(r.parent, usage=usage, cost=cost, role=role, model=model)
         with self._lock:
             if r.settled:
                 return

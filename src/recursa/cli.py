@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import logging
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from recursa.options import OptionError, RLMOptions, plain_error
-
+# `--version` and `--help` import nothing they do not use (not even typing, logging, pathlib or
+# the options): mypy reads this constant as typing's.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import logging
+    from typing import Any
+
     from rich.console import Console
 
 # exit statuses of `recursa run` (one table in docs/cli.md)
@@ -47,6 +48,7 @@ def escape(text: str) -> str:
 
 def add_model_options(p: argparse.ArgumentParser, **kw: Any) -> None:
     """The shared model, endpoint, limit and sandbox options (recursa.options)."""
+    from recursa.options import RLMOptions
     RLMOptions.add_to(p, **kw)
 
 
@@ -58,13 +60,15 @@ class Notices:
         self.jsonl, self.quiet = jsonl, quiet
         self._handler: logging.Handler | None = None
         if jsonl:    # log warnings (no bwrap, ...) as JSON lines too
+            import logging
             self._handler = logging.StreamHandler(sys.stderr)
-            self._handler.setFormatter(_JsonLogFormatter())
+            self._handler.setFormatter(_json_log_formatter())
             self._handler.setLevel(logging.WARNING)
             logging.getLogger().addHandler(self._handler)
 
     def close(self) -> None:
         if self._handler is not None:
+            import logging
             logging.getLogger().removeHandler(self._handler)
             self._handler = None
 
@@ -91,13 +95,21 @@ class Notices:
             stderr_console().print(f"[red]error:[/] {escape(message)}")
 
 
-class _JsonLogFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        return json.dumps({"kind": "log", "level": record.levelname.lower(),
-                           "logger": record.name, "message": record.getMessage()})
+def _json_log_formatter() -> logging.Formatter:
+    import logging
+
+    class JsonLogFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return json.dumps({"kind": "log", "level": record.levelname.lower(),
+                               "logger": record.name, "message": record.getMessage()})
+
+    return JsonLogFormatter()
 
 
 def read_context(arg: str | None) -> Any:
+    from pathlib import Path
+
+    from recursa.options import OptionError
     if arg is None:
         return None
     if arg == "-":
@@ -110,6 +122,9 @@ def read_context(arg: str | None) -> Any:
 
 def read_schema(arg: str | None) -> Any:
     """`--schema FILE`: a JSON schema the answer must match (checked before any model call)."""
+    from pathlib import Path
+
+    from recursa.options import OptionError
     if arg is None:
         return None
     try:
@@ -136,6 +151,9 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 
 def _run(a: argparse.Namespace, notes: Notices) -> int:
+    from pathlib import Path
+
+    from recursa.options import OptionError, RLMOptions, plain_error
     from recursa.types import RecursaError
 
     view: Any = None
@@ -235,33 +253,48 @@ def cmd_models(a: argparse.Namespace) -> int:
 
 
 class _Version(argparse.Action):
-    """--version, looked up only when asked (keeps the parser cheap to build)."""
+    """--version: the running code's `recursa.__version__` (pyproject.toml reads it from there;
+    asking the installed metadata would scan every distribution in the venv, ~0.1 s)."""
 
     def __init__(self, option_strings: list[str], dest: str, **kw: Any):
         super().__init__(option_strings, dest, nargs=0, help="print recursa's version and exit")
 
     def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
-        from importlib.metadata import PackageNotFoundError, version
-        try:
-            v = version("recursa")
-        except PackageNotFoundError:
-            v = "unknown (not installed)"
-        print(f"recursa {v}")
+        from recursa import __version__
+        print(f"recursa {__version__}")
         parser.exit()
 
 
-_BUILTIN = ("run", "models")
+# Every sub-command: name -> (the module whose `register(subparsers)` adds it, its help line).
+# `recursa --help` is built from this table alone, and a command line that names a command
+# imports that command's module only (the others cost up to ~0.2 s to import). To add a
+# command: a row here, and in its module a `register(sub)` that calls
+# `sub.add_parser(NAME, help=<the same line>)` and `set_defaults(fn=...)`; fn(args) returns the
+# exit status. Optional defaults: `uses_http=False` (a command that never speaks HTTP: httpx is
+# not imported for it), `preload=(module, ...)` (what fn imports anyway: imported up front
+# with the garbage collector paused, see recursa.lean_imports).
+# tests/test_cli.py checks the table against the modules.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("recursa.cli", "answer a question over a file, a directory or stdin"),
+    "models": ("recursa.cli", "list or fetch local models"),
+    "runtime": ("recursa.models.runtime_cli", "build or check the local llama.cpp runtime"),
+    "bench": ("recursa.bench.cli", "run the evaluation suite and report on it"),
+    "view": ("recursa.viewer.cli", "open a run's trace as one self-contained HTML page"),
+    "serve": ("recursa.server.cli", "serve an RLM behind an OpenAI-compatible API"),
+    "mcp": ("recursa.server.cli", "run an MCP server (stdio) with an rlm_answer tool"),
+    "ablate": ("recursa.envs.cli", "run environment variants side by side and report "
+               "reward, tokens, sub-calls and time"),
+    "export-sft": ("recursa.envs.cli", "turn traces of scored runs into chat-format "
+                   "fine-tuning data (JSONL)"),
+    "chat": ("recursa.chat", "ask several questions about one context, in one session"),
+    "batch": ("recursa.batch.cli", "one question over many documents (or many over one), "
+              "resumable"),
+}
 
 
-def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The whole parser; given `argv` that names a built-in command (`run`, `models`), only the
-    built-ins: the other commands' modules (bench, envs, serve...) cost ~0.1 s of CPU to import,
-    a third of `recursa run`'s start-up budget, and that command never parses them."""
-    p = argparse.ArgumentParser(prog="recursa", description="Recursive Language Models")
-    p.add_argument("--version", action=_Version)
-    sub = p.add_subparsers(dest="cmd", required=True)
-
-    r = sub.add_parser("run", help="answer a question over a file, a directory or stdin",
+def register(sub: Any) -> None:
+    """The built-in commands, `run` and `models`."""
+    r = sub.add_parser("run", help=COMMANDS["run"][1],
                        description="Answer QUERY over --context. stdout gets the answer only "
                        "(--json: the Result as JSON); stderr the live view and the summary. "
                        "Exit status: 0 final, 1 error, 2 bad options or failed preflight, "
@@ -285,41 +318,57 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                    help="ask the model for the passages its answer rests on, check them "
                    "against the context and print them after the answer")
     add_model_options(r)
-    r.set_defaults(fn=cmd_run)
+    r.set_defaults(fn=cmd_run, preload=("recursa.rlm", "recursa.preflight"))
 
-    m = sub.add_parser("models", help="list or fetch local models")
+    m = sub.add_parser("models", help=COMMANDS["models"][1])
     m.add_argument("action", choices=["list", "fetch"])
     m.add_argument("name", nargs="?")
-    m.set_defaults(fn=cmd_models)
+    m.set_defaults(fn=cmd_models, uses_http=False)
 
-    if not argv or argv[0] not in _BUILTIN:
-        for register in _extensions():
-            register(sub)
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for `argv`: every command in full, except that given an `argv`, only the
+    command it names (if any) is built in full and the others are listed by name and help line
+    (COMMANDS), without importing their modules. `build_parser()` builds them all."""
+    p = argparse.ArgumentParser(prog="recursa", description="Recursive Language Models")
+    p.add_argument("--version", action=_Version)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    if argv is None:
+        wanted = {module for module, _ in COMMANDS.values()}
+    else:
+        first = next((a for a in argv if not a.startswith("-")), None)
+        wanted = {COMMANDS[first][0]} if first in COMMANDS else set()
+    done: set[str] = set()
+    for name, (module, help_line) in COMMANDS.items():
+        if module in wanted and module not in done:   # all of its commands, here in the list
+            done.add(module)
+            try:
+                _command_module(module).register(sub)
+            except ModuleNotFoundError as e:   # an optional part left out of this install
+                if not (e.name and module.startswith(e.name)):
+                    raise
+                if argv is not None:
+                    p.error(f"the {name!r} command is not installed here (no module {module})")
+        if name not in sub.choices:
+            sub.add_parser(name, help=help_line, add_help=False)   # listed, never parsed
     return p
 
 
-def _extensions() -> list[Any]:
-    """Sub-commands defined by optional modules (bench, view, serve, ...)."""
+def _command_module(name: str) -> Any:
     import importlib
-    import importlib.util
-    out = []
-    for mod in ("recursa.models.runtime_cli", "recursa.bench.cli", "recursa.viewer.cli",
-                "recursa.server.cli", "recursa.envs.cli", "recursa.chat"):
-        try:
-            present = importlib.util.find_spec(mod) is not None
-        except ModuleNotFoundError:   # the parent package is absent
-            present = False
-        if present:
-            out.append(importlib.import_module(mod).register)
-    return out
+    if name == "recursa.cli":      # this module, also when it runs as `python -m recursa.cli`
+        return sys.modules[__name__]
+    return importlib.import_module(name)
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:   # the process's entry point, which owns its imports (not a test's call)
-        from recursa.lean_imports import COMMAND_UNUSED, import_httpx
-        import_httpx(COMMAND_UNUSED)
+    entry = argv is None    # the process's entry point, which owns its imports (not a test's call)
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
+    if entry:
+        from recursa.lean_imports import command_imports
+        command_imports(http=getattr(args, "uses_http", True),
+                        modules=getattr(args, "preload", ()))
     return int(args.fn(args) or 0)
 
 

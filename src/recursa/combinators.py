@@ -39,7 +39,6 @@ _FIELD_KINDS: dict[str, dict[str, Any]] = {
     "str": {"type": "string", "maxLength": 500}, "int": {"type": "integer"},
                 "number": {"type": "number"}, "bool": {"type": "boolean"}}
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-_CONSTRAINED = ("openai", "vllm", "openrouter", "azure")   # take response_format json_schema
 
 
 class CombinatorError(ValueError):
@@ -122,15 +121,16 @@ class LeafType:
         raise CombinatorError(f"output={output!r}: use 'text', 'number', 'int', 'bool', or a "
                               "dict of field kinds; for a fixed set of answers use labels=[...]")
 
-    def options(self, client_name: str) -> dict[str, Any]:
+    def options(self, client: ModelClient | str) -> dict[str, Any]:
         """Host-built client options: the reply cap and, where the client can, a constraint."""
         opts: dict[str, Any] = {"max_tokens": self.max_tokens, "temperature": 0.0}
         if self.schema is None:
             return opts
-        provider = client_name.split(":", 1)[0]
-        if provider == "local":              # llama.cpp turns the schema into a grammar
+        from recursa.models.registry import structured_output
+        how = structured_output(client)
+        if how == "json_schema":             # llama.cpp turns the schema into a grammar
             opts["json_schema"] = self.schema
-        elif provider in _CONSTRAINED:       # strict mode wants an object at the root
+        elif how == "response_format":       # strict mode wants an object at the root
             wrapped = self.schema if self.kind == "object" else {
                 "type": "object", "properties": {"value": self.schema}, "required": ["value"],
                 "additionalProperties": False}
@@ -349,7 +349,7 @@ async def _run_leaves(dispatcher: Dispatcher, model: str | None, client: ModelCl
                                 depth=node.depth, op=kind, items=len(prompts),
                                 estimate=est.as_dict(), **info)
     inner = _Node(depth=node.depth, parent=ev, role=node.role)
-    opts = leaf.options(client.name)
+    opts = leaf.options(client)
     texts = await asyncio.gather(*(dispatcher.llm(p, model, {}, inner, host_options=opts)
                                    for p in prompts))
     values = [leaf.parse(t) for t in texts]

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from recursa import prompts
 from recursa.dispatch import text_tokens
+from recursa.state import RunState
 from recursa.types import Message, context_window
-
-if TYPE_CHECKING:
-    from recursa.loop import RunEnv, _State
-    from recursa.recorder import TurnSpan
 
 WINDOW_FILL = 0.85            # compact the root's history beyond this share of its window
 COMPACT_TO = 0.7              # ... down to this share of the budget when it can
@@ -39,15 +36,32 @@ def msg_tokens(messages: list[Message]) -> int:
     return sum(_tokens(str(m.get("content", ""))) + 5 for m in messages)
 
 
-def history_budget(env: RunEnv) -> int | None:
+class Bounds(Protocol):
+    """What bounds the root's history (a run's RunEnv has these)."""
+
+    root_client: Any
+    root_options: dict[str, Any]
+    max_history_tokens: int | None
+
+
+@dataclass
+class Compaction:
+    """Messages [start:end] replaced by `new`, and the trace note that says so exactly."""
+
+    start: int
+    end: int
+    new: list[Message]
+    note: dict[str, Any]
+
+
+def history_budget(env: Bounds) -> int | None:
     """The most tokens of messages the root may be sent, or None when nothing bounds it."""
     client = env.root_client
     window = context_window(client)
     bounds = []
     if window:
         out = env.root_options.get("max_tokens") or \
-            (getattr(client, "default_options", None) or {}).get("max_tokens") or \
-            DEFAULT_TURN_TOKENS
+            client.capabilities.max_output_tokens or DEFAULT_TURN_TOKENS
         bounds.append(int(int(window) * WINDOW_FILL) - min(int(out), int(window) // 4))
     if env.max_history_tokens:
         bounds.append(int(env.max_history_tokens))
@@ -62,37 +76,34 @@ def abridge(text: str, limit: int) -> str:
     return text[:limit] + f" ... [{len(text) - limit:,} more characters]"
 
 
-async def push_history(st: _State, run: Callable[[str], Awaitable[bool]]) -> str | None:
-    """Put the whole conversation so far in the REPL as a list of messages (with `run`, which
-    runs harness code there); the variable's name, or None when that failed."""
+def history_code(st: RunState) -> tuple[str, str]:
+    """The variable the whole conversation so far goes in, and the harness code that puts it
+    in the REPL as a list of messages (the loop runs it; `st.history_var` once it ran)."""
     name = st.history_var or ("history" if "history" not in st.variables else "full_history")
     data = json.dumps(st.full, ensure_ascii=False)
-    ok = await run(f"{name} = __import__('json').loads({data!r})")
-    if ok:
-        st.history_var = name
-    return name if ok else None
+    return name, f"{name} = __import__('json').loads({data!r})"
 
 
-async def fit(env: RunEnv, st: _State, messages: list[Message], extra_tokens: int,
-              turn: TurnSpan, push: Callable[[], Awaitable[str | None]] | None) -> None:
-    """Compact `messages` in place when they (plus `extra_tokens` still to come) would not fit
-    the root's window; trace the exact replacement (design note 11)."""
-    budget = history_budget(env)
-    if budget is None:
-        return
+def over(budget: int | None, messages: list[Message], extra_tokens: int = 0) -> bool:
+    """Whether `messages` (plus `extra_tokens` still to come) exceed the budget and can be
+    compacted (there is more than the system and query messages)."""
+    return budget is not None and len(messages) > 2 and \
+        msg_tokens(messages) + extra_tokens > budget
+
+
+def compact(st: RunState, messages: list[Message], budget: int, extra_tokens: int,
+            var: str | None) -> Compaction:
+    """The replacement that brings `messages` (plus `extra_tokens`) inside `budget`; `var`:
+    the REPL variable holding the whole conversation (None: it could not be put there)."""
     before = msg_tokens(messages) + extra_tokens
-    if before <= budget or len(messages) <= 2:   # nothing but the system and query messages
-        return
-    var = await push() if push is not None else st.history_var
     start, end, new = _compact(st, messages, budget - extra_tokens, var)
-    messages[start:end] = new
-    turn.note(compaction={
+    after = msg_tokens([*messages[:start], *new, *messages[end:]]) + extra_tokens
+    return Compaction(start, end, new, {
         "start": start, "end": end, "messages": new, "tokens_before": before,
-        "tokens_after": msg_tokens(messages) + extra_tokens, "budget": budget,
-        "history_var": var})
+        "tokens_after": after, "budget": budget, "history_var": var})
 
 
-def _compact(st: _State, messages: list[Message], budget: int,
+def _compact(st: RunState, messages: list[Message], budget: int,
              var: str | None) -> tuple[int, int, list[Message]]:
     """Replace messages[1:end] by the first user message with a summary of the turns removed,
     keeping the last two exchanges, or one. It aims at COMPACT_TO of the budget, so that the
@@ -121,7 +132,7 @@ def _compact(st: _State, messages: list[Message], budget: int,
     return 1, len(messages), [first, *cut_tail]
 
 
-def _summary_message(st: _State, removed: int, var: str | None, room: int) -> Message:
+def _summary_message(st: RunState, removed: int, var: str | None, room: int) -> Message:
     """The first user message plus what turns 1..removed did, within `room` tokens (at least
     the frame with the variables)."""
     if removed <= 0:

@@ -16,12 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from recursa import images
+from recursa.documents import describe as doc_describe
+from recursa.documents.build import DocStats
+from recursa.documents.errors import DocumentError
+from recursa.documents.load import load_source, stream_file
+from recursa.documents.model import Document, has_documents, to_wire
+from recursa.documents.source import Source, detect
+from recursa.documents.tree import load_tree
 from recursa.types import ContextError, ContextPayload
 
 PREVIEW_CHARS = 400
-SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache",
-             ".pytest_cache", ".ruff_cache", ".tox", ".idea", ".vscode", "dist", "build"}
-MAX_FILE_BYTES = 50 * 1024 * 1024
 
 
 def estimate_tokens(chars: int) -> int:
@@ -37,74 +41,38 @@ class Prepared:
     notes: list[str] = field(default_factory=list)  # problems met while loading (skipped files)
 
 
-def _decode(data: bytes, name: str) -> tuple[str, int]:
-    """UTF-8 text, replacing invalid bytes; binary data is refused."""
-    if b"\x00" in data[:8192]:
-        raise ContextError(f"{name} looks binary (it contains NUL bytes); give a text file")
-    try:
-        return data.decode("utf-8"), 0
-    except UnicodeDecodeError:
-        text = data.decode("utf-8", errors="replace")
-        return text, text.count("\ufffd")
-
-
 def load_path(path: Path) -> tuple[Any, list[str]]:
-    """Read a file (-> str) or a directory (-> {relative path: text}). Returns (value, notes)."""
+    """Read a file (-> a Document for PDF, Office, EPUB, HTML, Markdown, CSV, ... files; an
+    Image; a dict by member path for a zip/tar archive; else its text as str) or a directory
+    (-> {relative path: value}, honouring .gitignore). Returns (value, notes)."""
     if not path.exists():
         raise ContextError(f"context path does not exist: {path}")
-    notes: list[str] = []
     if path.is_file():
+        notes: list[str] = []
         try:
-            data = path.read_bytes()
+            return load_source(Source(path.name, path=path), notes), notes
         except OSError as e:
             raise ContextError(f"cannot read context file {path}: {e.strerror}") from e
-        if path.suffix.lower() in images.SUFFIXES or images.sniff(data[:16]):
-            return images.Image.from_bytes(data, name=path.name), notes
-        text, bad = _decode(data, str(path))
-        if bad:
-            notes.append(f"{path.name}: {bad} invalid UTF-8 bytes replaced by U+FFFD")
-        return text, notes
     if not path.is_dir():
         raise ContextError(f"context path is neither a file nor a directory: {path}")
-    files: dict[str, Any] = {}
-    skipped: Counter[str] = Counter()
-    for root, dirs, names in os.walk(path, onerror=lambda e: skipped.update(["unreadable"])):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
-        for n in sorted(names):
-            p = Path(root) / n
-            rel = p.relative_to(path).as_posix()
-            try:
-                if p.is_symlink() or not p.is_file():
-                    continue
-                if p.stat().st_size > MAX_FILE_BYTES:
-                    skipped["larger than 50 MB"] += 1
-                    continue
-                data = p.read_bytes()
-            except OSError:
-                skipped["unreadable"] += 1
-                notes.append(f"{rel}: unreadable (skipped)")
-                continue
-            if p.suffix.lower() in images.SUFFIXES or images.sniff(data[:16]):
-                try:
-                    files[rel] = images.Image.from_bytes(data, name=rel)
-                except images.ImageError as e:
-                    skipped["bad images"] += 1
-                    notes.append(f"{rel}: skipped: {e}")
-                continue
-            try:
-                text, bad = _decode(data, rel)
-            except ContextError:
-                skipped["binary"] += 1
-                continue
-            if bad:
-                notes.append(f"{rel}: {bad} invalid UTF-8 bytes replaced")
-            files[rel] = text
-    if skipped:
-        notes.insert(0, "skipped files: " + ", ".join(f"{n} {k}" for k, n in skipped.items()))
-    if not files:
-        raise ContextError(f"directory {path} holds no readable text or image files"
-                           + (f" ({notes[0]})" if notes else ""))
-    return files, notes
+    return load_tree(path)
+
+
+def _load_inner_paths(value: Any) -> Any:
+    """Paths inside a list/dict context: image files stay for images.normalize, any other
+    file is read as load_path reads it."""
+    if isinstance(value, os.PathLike):
+        p = Path(value)
+        if not p.exists():
+            raise ContextError(f"context path does not exist: {p}")
+        if p.is_dir() or detect(Source(p.name, path=p)) != "image":
+            return load_path(p)[0]
+        return value
+    if isinstance(value, dict):
+        return {k: _load_inner_paths(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_load_inner_paths(v) for v in value]
+    return value
 
 
 def _spread(sizes: list[int]) -> str:
@@ -136,7 +104,9 @@ def describe(value: Any, *, source: str | None = None, notes: list[str] | None =
     lines: list[str] = []
     if source:
         lines.append(f"source: {source}")
-    if isinstance(value, str):
+    if isinstance(value, Document):
+        lines += doc_describe.describe_document(DocStats.of(value))
+    elif isinstance(value, str):
         lines.append(f"type: str, {len(value):,} characters (~{estimate_tokens(len(value)):,} "
                      f"tokens), {value.count(chr(10)) + 1:,} lines")
         lines.append(f"preview: {_preview(value)}")
@@ -155,7 +125,7 @@ def describe(value: Any, *, source: str | None = None, notes: list[str] | None =
         sizes = [len(v) if isinstance(v, str) else len(json.dumps(v, default=str))
                  for v in value.values()]
         total = sum(sizes)
-        is_tree = source is not None and source.startswith("directory")
+        is_tree = source is not None and source.startswith(("directory", "archive"))
         has_img = any(isinstance(v, images.Image) for v in value.values())
         kind = ("files (relative path -> text" + (" or Image)" if has_img else ")")
                 if is_tree else "keys")
@@ -166,10 +136,12 @@ def describe(value: Any, *, source: str | None = None, notes: list[str] | None =
             lines.append(_tree_summary(value))
         shown = ", ".join(repr(k) for k in keys[:15])
         lines.append(f"first keys: {shown}" + (" ..." if len(keys) > 15 else ""))
-    elif isinstance(value, images.Image):
+    if isinstance(value, list | dict):
+        lines += doc_describe.describe_collection(value)
+    if isinstance(value, images.Image):
         lines.append(f"type: Image, one {value.format} image, {value.width}x{value.height} "
                      f"pixels, {value.nbytes:,} bytes")
-    else:
+    elif not isinstance(value, str | list | dict):
         lines.append(f"type: {type(value).__name__}")
     for n in (notes or [])[:10]:
         lines.append(f"note: {n}")
@@ -197,15 +169,23 @@ def prepare(context: Any, workdir: Path) -> Prepared:
     notes: list[str] = []
     if isinstance(context, os.PathLike):
         path = Path(context)
+        if path.is_file():
+            streamed = _prepare_streamed(path, workdir)
+            if streamed is not None:
+                return streamed
         context, notes = load_path(path)
-        source = f"directory {path.name}/" if path.is_dir() else f"file {path.name}"
+        source = (f"directory {path.name}/" if path.is_dir() else
+                  f"archive {path.name}" if isinstance(context, dict) else f"file {path.name}")
+    elif isinstance(context, list | tuple | dict):
+        context = _load_inner_paths(context)
     if context is None:
         raise ContextError("no context given: pass context=<str | list | dict | Path>")
     context, found = images.normalize(context)   # images anywhere -> images.Image
-    if isinstance(context, bytes):
-        context, bad = _decode(context, "context bytes")
-        if bad:
-            notes.append(f"{bad} invalid UTF-8 bytes replaced by U+FFFD")
+    if isinstance(context, bytes):   # e.g. `--context -`: a piped PDF is read as a PDF
+        context = load_source(Source("context bytes", data=context), notes)
+        if isinstance(context, list | dict):
+            context, more = images.normalize(context)
+            found += more
     if isinstance(context, tuple):
         context = list(context)
     if not isinstance(context, str | list | dict | images.Image):
@@ -218,15 +198,16 @@ def prepare(context: Any, workdir: Path) -> Prepared:
 
     workdir.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
-    if isinstance(context, str):
+    if isinstance(context, str) and not isinstance(context, Document):
         path = workdir / "context.txt"
         data = context.encode("utf-8", errors="surrogatepass")
         kind = "text"
     else:
         path = workdir / "context.json"
         try:
-            data = json.dumps(context, ensure_ascii=False,
-                              default=images.json_default).encode("utf-8")
+            wire = to_wire(context) if has_documents(context) else context
+            data = json.dumps(wire, ensure_ascii=False,
+                              default=images.json_default).encode("utf-8", errors="replace")
         except (TypeError, ValueError) as e:
             raise ContextError(f"context is not JSON-serialisable: {e}") from e
         kind = "json"
@@ -237,3 +218,37 @@ def prepare(context: Any, workdir: Path) -> Prepared:
     description = "\n".join([describe(context, source=source, notes=notes),
                              *images.describe_images(found)])
     return Prepared(payload=payload, description=description, chars=_size(context), notes=notes)
+
+
+def _prepare_streamed(path: Path, workdir: Path) -> Prepared | None:
+    """A document file (PDF, Office, CSV, ...) written into the payload as it is read, one page
+    or a few thousand rows at a time, so a big file is never held in memory whole; None for any
+    other file."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / "context.json"
+    try:
+        with out.open("w", encoding="utf-8", errors="replace") as f:
+            stats = stream_file(path, f)
+    except OSError as e:
+        out.unlink(missing_ok=True)
+        raise ContextError(f"cannot read context file {path}: {e.strerror}") from e
+    except DocumentError:
+        out.unlink(missing_ok=True)
+        raise
+    if stats is None:
+        out.unlink(missing_ok=True)
+        return None
+    if stats.chars == 0:
+        out.unlink(missing_ok=True)
+        raise DocumentError(f"{path.name}: no text could be read from it"
+                            + (f" ({stats.notes[0]})" if stats.notes else ""))
+    h = hashlib.sha256()
+    with out.open("rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    payload = ContextPayload(path=str(out), kind="json", sha256=h.hexdigest(),
+                             size_bytes=out.stat().st_size)
+    lines = [f"source: file {path.name}", *doc_describe.describe_document(stats)]
+    lines += [f"note: {n}" for n in stats.notes[:10]]
+    return Prepared(payload=payload, description="\n".join(lines), chars=stats.chars,
+                    notes=list(stats.notes))

@@ -6,9 +6,11 @@ with five maintenance reports inserted at seeded depths: a loss of power and fou
 incidents (a burst pipe, a failed boiler, a jammed lift, a leaking roof) of the same shape, each
 with its own site, cause, contractor and red herrings. The question ("the blackout", "the
 electricity") shares no content word with the power report, so searching for the question's
-words finds nothing useful (the grep baseline shows it); every report names several people and
-suspected causes, so an answer listing candidates is a hedge and is scored wrong. Finding the
-report needs search by meaning; reading it needs a sub-model.
+words finds nothing useful (the grep baseline shows it); the five reports name five contractors
+and each lists suspected causes that were not the cause, so an answer listing candidates is a
+hedge and is scored wrong. Finding the report needs search by meaning; reading it needs a
+sub-model. (The duty engineer and the morning shift are not named: with their names in the
+report, the 1.5B named the first person mentioned on 6 of 6 dev seeds, not the one who fixed it.)
 
 Seeds are split: below 1000 dev (prompts, examples, tips and the plans' settings were tuned on
 them), 1000 and above test (the demo and its test). The facts are drawn from seeded lists, so no model knows them.
@@ -81,19 +83,19 @@ class Case:
         return grep_answer(self.query, self.context)
 
 
-def _report(rng: random.Random, title: str, site: str, what: str, cause: str, fixer: str,
-            staff: list[str]) -> str:
+def _report(rng: random.Random, title: str, site: str, what: str, cause: str,
+            fixer: str) -> str:
     guesses = rng.sample(RED_HERRINGS, 3)
     day = rng.randrange(2, 27)
     return "\n".join([
         f"MAINTENANCE REPORT - {title} at the {site}",
         f"On the night of the {day}th, at the {site}, {what}. The night guard logged it and "
-        f"called the duty engineer, {staff[0]}, who arrived within the hour and began by "
-        "checking the obvious suspects.",
-        f"The first suspicion was {guesses[0]}, but that was not the cause. {staff[0]} next "
-        f"examined {guesses[1]}, which was not the cause either. The morning shift under "
-        f"{staff[1]} suspected {guesses[2]} and spent most of the day testing it without "
-        "result. Several staff members wrote to the board about the disruption.",
+        "called the duty engineer, who arrived within the hour and began by checking the "
+        "obvious suspects.",
+        f"The first suspicion was {guesses[0]}, but that was not the cause. The engineer next "
+        f"examined {guesses[1]}, which was not the cause either. The morning shift suspected "
+        f"{guesses[2]} and spent most of the day testing it without result. Several staff "
+        "members wrote to the board about the disruption.",
         "On the second day the team repeated the checks with borrowed tools, opened the "
         "service trench beside the car park without finding any damage, and asked the "
         "regional supplier for their records, which showed no fault on their side.",
@@ -112,16 +114,14 @@ def make_case(seed: int = TEST_SEEDS_FROM, chars: int = 260_000) -> Case:
     rng = random.Random(f"demo:{seed}")
     sites = rng.sample(SITES, 5)
     fixers = rng.sample(FIXERS, 5)
-    staff_pool = [f for f in FIXERS if f not in fixers]
     cause_word, cause = rng.choice(CAUSES)
     reports = [_report(rng, "loss of power", sites[0], "power was lost across the whole site",
-                       cause, fixers[0], rng.sample(staff_pool, 2))]
+                       cause, fixers[0])]
     others = []
     for i, (title, what, causes) in enumerate(rng.sample(OTHER_INCIDENTS, 4), start=1):
         word, text = rng.choice(causes)
         others.append(word)
-        reports.append(_report(rng, title, sites[i], what, text, fixers[i],
-                               rng.sample(staff_pool, 2)))
+        reports.append(_report(rng, title, sites[i], what, text, fixers[i]))
     rng.shuffle(reports)
     hay = filler_text(get_corpus(), chars - sum(len(r) + 2 for r in reports), rng)
     pieces, last = [], 0

@@ -11,9 +11,9 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from recursa import combinators
 from recursa import images as img
@@ -28,6 +28,7 @@ from recursa.types import (
     ModelClient,
     ModelError,
     RecursaError,
+    StreamingModelClient,
 )
 
 if TYPE_CHECKING:
@@ -48,41 +49,18 @@ class Node:
     role: str = "sub"      # role charged for calls made from this node
 
 
-@contextlib.asynccontextmanager
-async def wall_limit(ledger: Ledger, what: str) -> AsyncIterator[None]:
-    """Cut whatever runs inside at the run's `max_seconds` (the call, the cell, the wait for a
-    slot): it is cancelled there and `BudgetExceeded("max_seconds")` raised instead. A client's
-    own timeout cannot promise that: retries start the clock again, and a streamed reply
-    resets it with every chunk."""
-    remaining = ledger.remaining_seconds()
-    if remaining is None:
-        yield
-        return
-    if remaining <= 0:
-        raise BudgetExceeded("max_seconds", f"max_seconds reached before {what}")
-    cm = asyncio.timeout(remaining)
-    try:
-        async with cm:
-            yield
-    except TimeoutError as e:
-        if not cm.expired():
-            raise
-        raise BudgetExceeded("max_seconds", f"max_seconds reached during {what}") from e
+def wall_limit(ledger: Ledger, what: str, *, final: bool = False
+               ) -> contextlib.AbstractAsyncContextManager[None]:
+    """Cut whatever runs inside at the run's deadline (recursa.deadline owns `max_seconds`):
+    the call, the cell, the wait for a slot; `final`: at the very end (the last-answer turn)."""
+    return ledger.deadline.cut(what, final=final)
 
 
 def estimate_cost(client: ModelClient, input_tokens: int, output_tokens: int) -> float | None:
-    """Worst-case USD of a call, for the reservation; None when the model has no known price."""
-    est = getattr(client, "estimate_cost", None)
-    if est is not None:
-        try:
-            return est(input_tokens, output_tokens)
-        except Exception:
-            return None
-    from recursa.models.pricing import price_for
-    price = price_for(str(getattr(client, "model", "") or client.name))
-    if price is None:
-        return None
-    return (input_tokens * price.input + output_tokens * price.output) / 1_000_000
+    """Worst-case USD of a call, for the reservation; None when the model has no known price.
+    (recursa.models.pricing prices what the client declares.)"""
+    from recursa.models.pricing import estimate
+    return estimate(client.capabilities.pricing, input_tokens, output_tokens)
 
 
 def text_tokens(text: str) -> int:
@@ -116,10 +94,12 @@ class Dispatcher:
         None: every `rlm_query` is a plain sub-call."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        from recursa.models.declared import declared
         self.ledger = ledger
         self.tracer = tracer
-        self.sub_client = sub_client
-        self.clients = clients          # the models sandboxed code may name, by spec
+        self.sub_client = declared(sub_client)
+        # the models sandboxed code may name, by spec
+        self.clients = {k: declared(c) for k, c in clients.items()}
         self.sem = asyncio.Semaphore(concurrency)
         self.max_depth = max_depth
         self.sub_options = sub_options or {}
@@ -145,27 +125,27 @@ class Dispatcher:
             cost = self._cost_seen.get(client.name)
         res = self.ledger.reserve(tokens=est_in + est_out, cost=cost, subcall=subcall,
                                   force=force)
-        remaining = None if force else self.ledger.remaining_seconds()
+        # a forced call (the root's last-answer turn) runs in the time reserved for it
+        remaining = self.ledger.deadline.left(final=force)
         if remaining is not None:
             options["timeout"] = max(1.0, min(remaining, options.get("timeout") or remaining))
-        # a forced call (the root's last-answer turn) brings its own timeout
-        limit = contextlib.nullcontext() if force else \
-            wall_limit(self.ledger, f"a call to {client.name}")
+        limit = wall_limit(self.ledger, f"a call to {client.name}", final=force)
         comp: Completion | None = None
         try:
             async with limit, self.sem:
                 self.inflight += 1
                 self.peak_inflight = max(self.peak_inflight, self.inflight)
                 try:
-                    # streams when asked and the client can (models/streaming.py)
-                    stream = getattr(client, "astream", None) if on_delta else None
-                    comp = await (stream(messages, on_delta, **options) if stream
-                                  else client.complete(messages, **options))
+                    # streams when asked and the client declares it can (models/streaming.py)
+                    if on_delta is not None and client.capabilities.streaming:
+                        comp = await cast(StreamingModelClient, client).astream(
+                            messages, on_delta, **options)
+                    else:
+                        comp = await client.complete(messages, **options)
                 except ModelError as e:
                     # the client's timeout fired at the run's wall-time limit: a limit, not a
                     # model failure
-                    if remaining is not None and \
-                            self.ledger.limit_reached(subcalls=False) == "max_seconds":
+                    if remaining is not None and self.ledger.deadline.reached(final=force):
                         raise BudgetExceeded("max_seconds", f"max_seconds reached during a "
                                              f"call to {client.name} ({e})") from e
                     raise

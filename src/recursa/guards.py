@@ -2,25 +2,22 @@
 a cell sent again, an answer stated in prose, an answer with a number (or words) typed in that no
 output ever showed.
 
-Each guard reads and updates the run's state, records what it did in the turn's end event
-(`extra`) and returns the message to send the model instead of the plain feedback.
+Each guard is a function of the run's state (recursa.state): it updates the state, records what
+it did in the turn's end event (`extra`) and returns a `Nudge`: the message to send the model
+instead of the plain feedback, and the harness code the loop must run in the REPL (a held
+commit is turned back into a draft there too). No guard calls back into the loop.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from recursa import prompts
 from recursa.compaction import abridge
 from recursa.output import OutputInvalid, OutputSpec
 from recursa.parse import cap, prose_answer
-
-if TYPE_CHECKING:
-    from recursa.loop import _State
-
-RunHidden = Callable[[str], Awaitable[bool]]   # runs harness code in the REPL; True if it ran
+from recursa.state import Nudge, RunState
 
 _NUMBER = re.compile(r"(?<![\d.])\d[\d,]*\d(?![\d])")
 _WORD = re.compile(r"[a-z][a-z'-]{3,}")
@@ -34,7 +31,7 @@ def plain_digits(text: str) -> str:
     return re.sub(r"(?<=\d),(?=\d{3})", "", text)
 
 
-def repeated(st: _State, extra: dict[str, Any]) -> str:
+def repeated(st: RunState, extra: dict[str, Any]) -> str:
     """The reminder for a turn whose code is the last code that ran: it is not run again."""
     extra["repeat_of"] = st.last_turn
     st.log.append(f"Turn {st.turns}: sent turn {st.last_turn}'s code again (not run).")
@@ -44,41 +41,39 @@ def repeated(st: _State, extra: dict[str, Any]) -> str:
         todo=prompts.TODO_FAILED if st.last_failed else prompts.TODO_OK)
 
 
-async def prose(st: _State, text: str, extra: dict[str, Any],
-                run_hidden: RunHidden) -> str | None:
+def prose(st: RunState, text: str, extra: dict[str, Any]) -> Nudge:
     """A reply without code that states an answer, once some code has run (design note 10):
     "Final answer: X" commits X; a short reply, or "Answer: X", becomes the draft
     answer["content"] (unless code already built a different draft), and the same draft stated
-    again commits it. Returns the nudge to send, or None for the plain NO_CODE message.
+    again commits it. The nudge's text None: the plain NO_CODE message.
     """
     st.log.append(f"Turn {st.turns} replied without code: {abridge(text.strip(), 200)}")
     found = prose_answer(text) if st.cells_run else None   # before any output: a guess
     if found is None:
-        return None
+        return Nudge()
     explicit, answer = found
     if explicit or answer == st.prose_draft:
         st.final = answer
         extra["prose_answer"] = {"kind": "final", "content": answer}
-        return None
+        return Nudge()
     current = str(st.answer.get("content") or "")
     if current and current != st.prose_draft:
-        return None        # code built a draft: a sentence does not replace it
+        return Nudge()        # code built a draft: a sentence does not replace it
     st.prose_draft = answer
     st.answer = {"content": answer, "ready": False}
-    await run_hidden(f"answer[{'content'!r}] = {answer!r}")
     extra["prose_answer"] = {"kind": "draft", "content": answer}
-    return prompts.DRAFT.format(draft=answer)
+    return Nudge(prompts.DRAFT.format(draft=answer), repl=f"answer[{'content'!r}] = {answer!r}")
 
 
-async def hold_ungrounded(st: _State, source: str, ran_code: bool, extra: dict[str, Any],
-                          run_hidden: RunHidden) -> str | None:
+def hold_ungrounded(st: RunState, source: str, ran_code: bool,
+                    extra: dict[str, Any]) -> Nudge | None:
     """The first commit whose answer holds what was typed in by hand but never shown (see
     `ungrounded`; `source` is the code or text that committed it) is held once: it stays the
     draft, and the returned nudge (after the turn's output when `ran_code`) asks for the
     evidence. None when nothing is held; a second commit is accepted whatever it is."""
     if st.final is not None and not st.final.strip():    # never a right answer: every time
         extra["held"] = {"answer": st.final, "empty": True}
-        return await _unready(st, ran_code, prompts.EMPTY_ANSWER, run_hidden)
+        return _unready(st, ran_code, prompts.EMPTY_ANSWER)
     if st.final is None or st.held:
         return None
     number = ungrounded(st, st.final, source)
@@ -86,7 +81,7 @@ async def hold_ungrounded(st: _State, source: str, ran_code: bool, extra: dict[s
         return None
     st.held = True
     extra["held"] = {"answer": st.final, "number": number}
-    return await _unready(st, ran_code, prompts.UNGROUNDED.format(number=number), run_hidden)
+    return _unready(st, ran_code, prompts.UNGROUNDED.format(number=number))
 
 
 # variables that usually hold the text a small model read (the worked example's `pieces` first)
@@ -94,8 +89,7 @@ _PASSAGE_VARS = ("pieces", "piece", "snippets", "snippet", "chunks", "chunk", "p
                  "passage", "matches", "lines", "hits_text", "text")
 
 
-async def hold_unsourced(st: _State, ran_code: bool, extra: dict[str, Any],
-                         run_hidden: RunHidden) -> str | None:
+def hold_unsourced(st: RunState, ran_code: bool, extra: dict[str, Any]) -> Nudge | None:
     """With sources asked for (RLM(sources=True)): the first commit that gives none is held
     once, and the model is shown the line that commits it with sources (naming a variable it
     has that likely holds what it read). A second commit is accepted either way."""
@@ -107,46 +101,57 @@ async def hold_unsourced(st: _State, ran_code: bool, extra: dict[str, Any],
     name = next((v for v in _PASSAGE_VARS if v in st.variables), None)
     passage = "context[start:end]" if name is None else \
         f"{name}[0]" if name.endswith("s") else name
-    return await _unready(st, ran_code, prompts.NO_SOURCES.format(passage=passage), run_hidden)
+    return _unready(st, ran_code, prompts.NO_SOURCES.format(passage=passage))
 
 
-async def hold_invalid(st: _State, spec: OutputSpec, ran_code: bool, extra: dict[str, Any],
-                       run_hidden: RunHidden,
-                       structure: Callable[[str], Awaitable[str | None]]) -> str | None:
+def to_structure(st: RunState, spec: OutputSpec) -> str | None:
+    """A commit written as plain text (not JSON at all) that does not match the output schema:
+    the loop first gives it to one sub-call that fills the schema from it
+    (`OutputSpec.structuring_request`). None: nothing to structure."""
+    if st.final is None or not st.final.strip() or spec.looks_structured(st.final):
+        return None
+    try:
+        spec.parse(st.final)
+    except OutputInvalid:
+        return st.final
+    return None
+
+
+def structured(st: RunState, filled: str, extra: dict[str, Any]) -> None:
+    """The schema filled from the plain-text commit (by `to_structure`'s sub-call) is the
+    commit now."""
+    extra["structured"] = {"from": st.final}
+    st.final = filled
+
+
+def hold_invalid(st: RunState, spec: OutputSpec, ran_code: bool,
+                 extra: dict[str, Any]) -> Nudge | None:
     """A commit that does not match the run's output schema is held, every time: it stays the
-    draft and the validation error goes back to the model. An answer written as plain text
-    (not JSON at all) is first given to `structure`, one sub-call that fills the schema from
-    it; its valid JSON is committed. None when the commit is (now) valid."""
+    draft and the validation error goes back to the model. None when the commit is valid."""
     if st.final is None:
         return None
     try:
         spec.parse(st.final)
     except OutputInvalid as e:
-        if st.final.strip() and not spec.looks_structured(st.final):
-            filled = await structure(st.final)
-            if filled is not None:
-                extra["structured"] = {"from": st.final}
-                st.final = filled
-                return None
         extra["held"] = {"answer": st.final, "invalid": str(e)}
-        return await _unready(st, ran_code, prompts.INVALID_OUTPUT.format(
-            errors=e, example=spec.commit_example()), run_hidden)
+        return _unready(st, ran_code, prompts.INVALID_OUTPUT.format(
+            errors=e, example=spec.commit_example()))
     return None
 
 
-async def _unready(st: _State, ran_code: bool, note: str, run_hidden: RunHidden) -> str:
-    """Turn the commit back into a draft (in the REPL too); the nudge, after the turn's output
-    when code ran."""
+def _unready(st: RunState, ran_code: bool, note: str) -> Nudge:
+    """Turn the commit back into a draft (the nudge's code does it in the REPL too); the
+    message, after the turn's output when code ran."""
     # the draft keeps the sources the commit gave (recursa.sources), in the REPL too
     st.answer = {**st.answer, "content": st.final, "ready": False}
     st.final = None
     st.last_code = None     # sending the same commit again confirms it
-    await run_hidden(f"answer = {{**(answer if isinstance(answer, dict) else {{}}), "
-                     f"'content': {st.answer['content']!r}, 'ready': False}}")
-    return f"{st.last_shown}\n\n{note}" if ran_code else note
+    return Nudge(f"{st.last_shown}\n\n{note}" if ran_code else note,
+                 repl=f"answer = {{**(answer if isinstance(answer, dict) else {{}}), "
+                 f"'content': {st.answer['content']!r}, 'ready': False}}")
 
 
-def ungrounded(st: _State, answer: str, source: str) -> str | None:
+def ungrounded(st: RunState, answer: str, source: str) -> str | None:
     """What the model wrote into its answer by hand (it is in the code or text that committed
     it) but no output ever showed: a number of three or more digits that neither an output nor
     the query holds, or, for an answer typed whole as a literal, content words of which not one

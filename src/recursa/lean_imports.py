@@ -1,20 +1,21 @@
-"""Faster imports: the garbage collector paused while modules load, and httpx without the
-optional packages it would load eagerly but recursa never uses.
+"""Faster imports for the `recursa` command's own process (cli.main): the garbage collector
+paused while modules load, and httpx without the optional packages it would load eagerly but
+the command never uses.
+
+Only the command does this, in a process it owns: `import recursa` in a program changes
+nothing process-wide (no import hook, the collector untouched, httpx as httpx has it).
 
 Importing makes only objects that live as long as the process (modules, classes, functions), so
-a garbage collection meanwhile finds nothing to free; pausing it makes `import recursa` ~10 %
-faster. A collector the program turned off stays off.
+a garbage collection meanwhile finds nothing to free; pausing it makes the imports ~10 % faster.
+A collector the program turned off stays off.
 
 `httpx/__init__` imports its own command line (`click`, `pygments`, `rich.progress`, ~50 ms
-here) whenever click is installed, and it is in most venvs (uvicorn, flask, black...). The
-library hides it while httpx imports: only `httpx.main`, the function behind httpx's own
-command, becomes httpx's "install httpx[cli]" stub in this process.
-
-The `recursa` command also hides `trio` (httpcore imports it at import time when installed, for
-trio's locks: ~70 ms; selenium brings it) and `h2` (HTTP/2 still works: httpcore imports its
-HTTP/2 code again when a connection needs it). httpcore then cannot run under trio in that
-process, which is why the library leaves trio alone: a program that imports recursa may run
-httpx under trio itself. Measured in benchmarks/bench_startup.py.
+here) whenever click is installed, and it is in most venvs (uvicorn, flask, black...); httpcore
+imports `trio` when it is installed (for trio's locks: ~70 ms; selenium brings it) and `h2`
+(HTTP/2 still works: httpcore imports its HTTP/2 code again when a connection needs it). The
+command hides all three while httpx imports: `httpx.main` becomes httpx's "install httpx[cli]"
+stub and httpcore cannot run under trio in that process, neither of which the command uses.
+Measured in benchmarks/bench_startup.py.
 
 Hiding is a finder at the front of sys.meta_path that answers "no such module" to the importing
 thread only, for the duration of the import: other threads import these modules as usual, and
@@ -30,7 +31,6 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-LIBRARY_UNUSED = ("click",)
 COMMAND_UNUSED = ("click", "trio", "h2")
 
 
@@ -46,9 +46,21 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def import_httpx(unused: Iterable[str] = LIBRARY_UNUSED) -> None:
+def command_imports(*, http: bool = True, modules: Iterable[str] = ()) -> None:
+    """What a command imports up front, with the collector paused: httpx without
+    `COMMAND_UNUSED` (if the command speaks HTTP), then `modules`."""
+    import importlib
+    with gc_paused():
+        if http:
+            import_httpx(COMMAND_UNUSED)
+        for m in modules:
+            importlib.import_module(m)
+
+
+def import_httpx(unused: Iterable[str] = COMMAND_UNUSED) -> None:
     """Import httpx and httpcore with the `unused` top-level packages hidden from them (a no-op
-    once either is imported: then it is too late, and nothing is hidden)."""
+    once either is imported: then it is too late, and nothing is hidden). For the command's own
+    process only."""
     if "httpx" in sys.modules or "httpcore" in sys.modules:
         return
     hider = _Hider({m for m in unused if m not in sys.modules})

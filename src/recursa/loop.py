@@ -1,12 +1,18 @@
-"""The RLM loop: one root model, one sandboxed REPL, turn after turn until the answer is ready.
+"""The RLM loop as a step machine: one root model, one sandboxed REPL, turn after turn until
+the answer is ready.
 
-`run_loop` serves the top-level run and every child RLM; `RunEnv` is what they share (budget
-ledger, dispatcher, tracer, clients, settings) and `_Run` one run's own state. What small models
-get wrong is handled by `recursa.guards`; `recursa.compaction` keeps the root's history inside
-its window; `recursa.recorder` writes the trace.
+A `Run` is one run's state and rules. `start(context)` and `step(reply)` return what the model
+sees next (an `Ask`: the messages of the next root turn, with the cells of the last reply run,
+the guards applied and the history compacted) or the run's `Result`. Whoever owns the model
+calls drives it: `run_loop` (the library, sessions, the server, bench methods, child RLMs) asks
+the model through the run's dispatcher; a verifiers environment gives the policy's replies.
+There is no other loop. What small models get wrong is handled by `recursa.guards`,
+`recursa.compaction` keeps the root's history inside its window (both functions of the
+run's state, `recursa.state`), `recursa.recorder` writes the trace.
 
-Time: every model call and cell is cut at the run's `max_seconds` (`dispatch.wall_limit`); the
-top-level run then gets one last-answer turn under its own short timeout.
+Time is owned by the ledger's Deadline (recursa.deadline): every model call and cell is cut at
+the end of the work; the top-level run's last-answer turn runs in the time reserved for it
+inside `max_seconds`.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +28,7 @@ from typing import Any
 from recursa import context as ctx
 from recursa import planner, prompts, sources
 from recursa.budget import Budget, Ledger
-from recursa.compaction import abridge, fit, msg_tokens, push_history
+from recursa.compaction import abridge, compact, history_budget, history_code, msg_tokens, over
 from recursa.dispatch import Dispatcher, Node, wall_limit
 from recursa.guards import (
     hold_invalid,
@@ -31,6 +37,8 @@ from recursa.guards import (
     plain_digits,
     prose,
     repeated,
+    structured,
+    to_structure,
 )
 from recursa.output import OutputInvalid, OutputSpec
 from recursa.parse import (
@@ -45,8 +53,10 @@ from recursa.parse import (
 from recursa.recorder import RunRecorder, TurnSpan, result_from, tree_totals
 from recursa.search_host import available as search_available
 from recursa.search_host import with_search
+from recursa.state import Nudge, RunState
 from recursa.streaming import turn_deltas
 from recursa.tempdirs import owned_tempdir
+from recursa.tools import ToolSet
 from recursa.trace import Tracer
 from recursa.types import (
     BudgetExceeded,
@@ -58,7 +68,6 @@ from recursa.types import (
     ModelError,
     Result,
     Sandbox,
-    Source,
 )
 
 KEEP = "KEEP"
@@ -66,12 +75,22 @@ KEEP = "KEEP"
 
 @dataclass
 class RunEnv:
+    """What a top-level run and every child RLM under it share: limits, ledger, tracer,
+    clients, settings, and the dispatcher (built here, with this env's `run_child` as its
+    child runner)."""
+
     budget: Budget
     ledger: Ledger
     tracer: Tracer
-    dispatcher: Dispatcher
     root_client: ModelClient
     make_sandbox: Callable[[], Sandbox]
+    sub_client: ModelClient | None = None    # None: the root's
+    clients: dict[str, ModelClient] = field(default_factory=dict)   # what code may name
+    concurrency: int = 32
+    sub_options: dict[str, Any] = field(default_factory=dict)
+    tools: ToolSet | None = None
+    root_sandbox: Sandbox | None = None   # the top-level run's (a session's kept one)
+    trace_path: str | None = None         # where the trace goes: the Result says so
     max_output_chars: int = 8192
     root_options: dict[str, Any] = field(default_factory=dict)
     tips: str | None = None
@@ -81,85 +100,72 @@ class RunEnv:
     # the most tokens of history sent to the root model; the root client's `context_window`
     # (or `n_ctx`) bounds it too. None and no window known: the history is never compacted.
     max_history_tokens: int | None = None
-    # the top-level run's last-answer turn at a limit: its own timeout (None: see
-    # last_turn_seconds), so a time limit is overshot by that turn at most
+    # the top-level run's last-answer turn: its own timeout, besides the deadline's reserve
     last_turn_seconds: float | None = None
     output: OutputSpec | None = None     # the top-level answer's type (recursa.output)
     preface: str | None = None    # under the top-level query in its first message (sessions)
     example: bool = True          # the worked example in the system prompt
     strategy: str = "code"        # code | plan | auto (recursa.planner)
-    sources: bool = False         # teach the root to attach sources (recursa.sources)
+    sources: bool = False         # the root is taught to attach sources (recursa.sources)
+    dispatcher: Dispatcher = field(init=False)
 
+    def __post_init__(self) -> None:
+        self.dispatcher = Dispatcher(
+            ledger=self.ledger, tracer=self.tracer, sub_client=self.sub_client or
+            self.root_client, clients=self.clients, concurrency=self.concurrency,
+            max_depth=self.budget.max_depth, sub_options=self.sub_options, tools=self.tools,
+            child_runner=self.run_child)
 
-def last_turn_seconds(env: RunEnv) -> float | None:
-    """The last-answer turn's timeout: as set, else a quarter of max_seconds within 5-60 s;
-    no time limit, no timeout of its own (the client's applies)."""
-    if env.last_turn_seconds is not None:
-        return env.last_turn_seconds
-    limit = env.budget.max_seconds
-    return None if limit is None else max(5.0, min(60.0, limit / 4))
+    async def run_child(self, node: Node, prompt: str, context: Any) -> str:
+        """A child RLM for `rlm_query` (the dispatcher's child runner): its answer, or an
+        error string."""
+        query = prompt
+        if context is None:   # as in the reference library: the prompt is the context
+            context = prompt
+            query = (prompt if len(prompt) <= 1500 else prompt[:1500] + " ...") + \
+                "\n(The full request is the REPL variable `context`.)"
+        res = await run_loop(self, query, context, depth=node.depth + 1, parent=node.parent)
+        if res.status == "error" and not res.answer:
+            return f"Error: child RLM failed: {res.error}"
+        return res.answer
 
 
 @dataclass
-class _State:
-    """What a run has so far; whatever happens, a Result is built from it."""
+class Ask:
+    """What the model sees next: the request of one root turn."""
 
-    answer: dict[str, Any] = field(default_factory=lambda: {"content": "", "ready": False})
-    final: str | None = None
-    turns: int = 0
-    limit: str | None = None
-    error: Exception | str | None = None
-    consecutive_errors: int = 0
-    first_user: str = ""
-    full: list[Message] = field(default_factory=list)   # every message, never compacted
-    log: list[str] = field(default_factory=list)         # one line per turn, for compaction
-    cells_run: int = 0
-    model_calls: int = 0          # llm_query / rlm_query / ... calls from this run's REPL
-    variables: list[str] = field(default_factory=list)
-    last_code: str | None = None  # the last turn whose code ran: normalised code, turn, output
-    last_turn: int = 0
-    last_shown: str = ""
-    last_failed: bool = False
-    last_called: bool = False     # it called a model, so a rerun may print something else
-    prose_draft: str | None = None
-    history_var: str | None = None
-    seen: list[str] = field(default_factory=list)   # what the model was shown (query, outputs)
-    held: bool = False            # a commit with a number never shown was held once
-    extracted: bool = False       # answer["content"] came from the last-answer turn's reply
-    sources_asked: bool = False   # a commit without sources was held once (RLM(sources=True))
+    messages: list[Message]
+    turn: TurnSpan
+    feedback: str | None = None    # the newest user message (None: the first turn's)
+    last: bool = False             # the last-answer turn: no code runs on its reply
+    options: dict[str, Any] = field(default_factory=dict)
+    timeout: float | None = None   # the last-answer turn's own timeout
+
+
+Step = Ask | Result
 
 
 async def run_loop(env: RunEnv, query: str, context: Any, *, depth: int = 0,
                    parent: str | None = None) -> Result:
-    """One RLM run (the top-level one, or a child at `depth` under the cell `parent`)."""
-    return await _Run(env, query, depth, parent).run(context)
+    """One RLM run (the top-level one, or a child at `depth` under the cell `parent`): ask
+    the model, give the run its reply, until the run has its Result."""
+    run = Run(env, query, depth, parent)
+    step = await run.start(context)
+    while isinstance(step, Ask):
+        step = await run.step(await run.call(step))
+    return step
 
 
-async def run_child(env: RunEnv, node: Node, prompt: str, context: Any) -> str:
-    """A child RLM for `rlm_query` (a Dispatcher's child runner): its answer, or an error
-    string."""
-    query = prompt
-    if context is None:   # as in the reference library: the prompt is the context
-        context = prompt
-        query = (prompt if len(prompt) <= 1500 else prompt[:1500] + " ...") + \
-            "\n(The full request is the REPL variable `context`.)"
-    res = await run_loop(env, query, context, depth=node.depth + 1, parent=node.parent)
-    if res.status == "error" and not res.answer:
-        return f"Error: child RLM failed: {res.error}"
-    return res.answer
+class Run:
+    """One run as a step machine: its state, sandbox, messages and trace span."""
 
-
-class _Run:
-    """One run: its state, sandbox, messages and trace span."""
-
-    def __init__(self, env: RunEnv, query: str, depth: int, parent: str | None):
+    def __init__(self, env: RunEnv, query: str, depth: int = 0, parent: str | None = None):
         self.env, self.query, self.depth = env, query, depth
         self.role = "root" if depth == 0 else "child"
         self.output = env.output if depth == 0 else None
         self.rec = RunRecorder(env.tracer, depth=depth, parent=parent)
-        self.st = _State()
+        self.st = RunState()
         self.t0 = time.monotonic()
-        self.messages: list[Message] = []
         self.workdir: Path | None = None
         self.description = ""
         self.sandbox: Sandbox | None = None
@@ -167,103 +173,181 @@ class _Run:
         self.announced = False
         self.node = Node(depth=depth, parent="", role="sub")
         self.calls: set[asyncio.Task[Any]] = set()   # the REPL's calls being served
-        self.context: Any = None
-        self.sources: list[Source] = []       # the answer's, checked (top level only)
+        self.asked: Ask | None = None                # the Ask the next step answers
+        self.result: Result | None = None
+        self.context: Any = None     # what the run was given: its answer's sources are checked
 
-    async def run(self, context: Any) -> Result:
-        st = self.st
+    @property
+    def messages(self) -> list[Message]:
+        """What the root is sent (the state's; compacted in place)."""
+        return self.st.messages
+
+    # ------------------------------------------------------------ the steps
+    async def start(self, context: Any) -> Step:
+        """Load the context, start the sandbox, write the first messages (and, in plan mode,
+        run the plan): the first Ask."""
         self.context = context
         self.rec.start(query=self.query, model=self.env.root_client.name,
                        budget=self.env.budget.model_dump())
+        return await self._guarded(self._begin(context))
+
+    async def step(self, reply: Completion | BaseException) -> Step:
+        """The model's reply to the last Ask (or the error its call ended with) in; what the
+        model sees next out, or the Result."""
+        ask, self.asked = self.asked, None
+        if ask is None:
+            raise RuntimeError("step() answers the Ask that start() or step() returned")
+        if ask.last:
+            self._take_last(ask, reply)
+            return await self.close()
+        return await self._guarded(self._turn(ask, reply))
+
+    async def call(self, ask: Ask) -> Completion | BaseException:
+        """Ask the root model through the run's dispatcher (streamed to the trace when it is
+        watched); a limit or a model error comes back as the reply."""
+        env = self.env
+        deltas = turn_deltas(env.tracer, ask.turn.id, ask.turn.run.id, self.depth)
         try:
-            await self._open(context)
-            if self.depth == 0 and planner.choose(self.env) == "plan":
-                await planner.run_plan(self, self.description)   # a typed plan runs first
-            await self._turns()
+            try:
+                async with asyncio.timeout(ask.timeout):
+                    return await env.dispatcher.call_model(
+                        env.root_client, ask.messages, role=self.role, subcall=False,
+                        options=ask.options, force=ask.last and self.depth == 0,
+                        on_delta=deltas)
+            finally:   # what is pending goes out before the turn's update or end
+                if deltas is not None:
+                    deltas.flush()
+        except (BudgetExceeded, ModelError, TimeoutError) as e:
+            return e
+        except asyncio.CancelledError:   # a child whose parent's cell was cut
+            ask.turn.fail("cancelled")
+            await self._cancelled()
+            raise
+
+    async def close(self) -> Result:
+        """Stop the sandbox and the REPL's calls, end the trace span: the Result (once)."""
+        if self.result is not None:
+            return self.result
+        try:
+            if self.starting is not None:   # never leave the start running or its error
+                self.starting.cancel()      # unretrieved
+                await asyncio.gather(self.starting, return_exceptions=True)
+            if self.sandbox is not None:
+                await self.sandbox.close()
             await self._stop_calls()
-            if st.final is None and not isinstance(st.error, ModelError):
-                await self._last_turn()
+            if self.workdir is not None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            if self.depth == 0:     # the answer's sources, looked up in the context
+                self.st.sources = await sources.acheck(self.st.answer, self.st.final,
+                                                       self.context)
+        finally:   # even when cancelled again: the trace gets this run's final and end
+            res = self.result = self._result()
+            # tree totals only on the top-level run: a child's own are its subtree's sums
+            self.rec.finish(res, totals=tree_totals(self.env.ledger, res) if self.depth == 0
+                            else None)
+        return res
+
+    # ------------------------------------------------------------ inside a step
+    async def _guarded(self, phase: Coroutine[Any, Any, Step]) -> Step:
+        """Run a step's work; whatever ends the run there still yields its Result (a bad
+        context of the top-level run is raised, after the run closed)."""
+        st = self.st
+        try:
+            return await phase
         except ContextError as e:
             st.error = e
             if self.depth == 0:
+                await self.close()
                 raise
         except BudgetExceeded as e:
             st.limit = e.limit
         except asyncio.CancelledError:   # the cell that opened this child was cut
-            st.limit = st.limit or self.env.ledger.limit_reached(subcalls=False)
-            if not st.limit:
-                st.error = st.error or "cancelled"
+            await self._cancelled()
             raise
         except Exception as e:   # an unexpected failure still yields a Result with the spend
             st.error = e
-        finally:
-            res = await self._close()
-        return res
+        return await self.close()
 
-    async def _turns(self) -> None:
-        """Model writes code, sandbox runs it, output goes back; until final or a limit."""
+    async def _cancelled(self) -> None:
         st = self.st
-        while not self._at_limit():
-            turn = self.rec.turn(turn=st.turns + 1)
-            comp = await self._call_root(turn)
-            if comp is None:
-                return
-            st.turns += 1
-            turn.replied(comp)
-            extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, ...
-            text = comp.text
-            cut = cut_imagined(text)      # only the code before a made-up "Output:" runs
-            if cut is not None:
-                extra["imagined_output"] = len(text) - len(cut)
-                text = cut
-            self._append({"role": "assistant", "content": text})
-            try:
-                blocks, nudge, failed = await self._act(text, turn, extra)
-            except BaseException as e:      # the span ends whatever cut the turn short
-                turn.end(comp, error="cancelled" if isinstance(e, asyncio.CancelledError)
-                         else f"{type(e).__name__}: {e}", **extra)
-                raise
-            feedback = self._feedback(blocks, nudge, failed, extra)
-            turn.end(comp, blocks=len(blocks), ended=feedback is None, **extra)
-            if st.final is not None:
-                return
-            if feedback is None:
-                st.limit = "max_consecutive_errors"
-                return
-            self._append({"role": "user", "content": feedback})
+        st.limit = st.limit or self.env.ledger.limit_reached(subcalls=False)
+        if not st.limit:
+            st.error = st.error or "cancelled"
+        await self.close()
 
-    # ------------------------------------------------------------ one turn
+    async def _begin(self, context: Any) -> Step:
+        await self._open(context)
+        if self.depth == 0 and planner.choose(self.env) == "plan":
+            await planner.run_plan(self, self.description)   # a typed plan runs first
+        return await self._next(None)
+
+    async def _next(self, feedback: str | None) -> Step:
+        """The next turn's Ask (the history compacted to fit first), or the wrap-up at a
+        limit."""
+        if self._at_limit():
+            return await self._wrap_up()
+        turn = self.rec.turn(turn=self.st.turns + 1)
+        try:
+            await self._fit(0, turn, push=True)
+        except asyncio.CancelledError:
+            turn.fail("cancelled")
+            raise
+        self.asked = Ask(list(self.st.messages), turn, feedback=feedback,
+                         options=self.env.root_options)
+        return self.asked
+
+    async def _turn(self, ask: Ask, reply: Completion | BaseException) -> Step:
+        """One turn: the reply's code runs (or its prose is read), the guards decide, and the
+        feedback becomes the next Ask; the answer or a limit ends the turns."""
+        st, turn = self.st, ask.turn
+        if isinstance(reply, BaseException):
+            self._failed(turn, reply)
+            return await self._wrap_up()
+        st.turns += 1
+        turn.replied(reply)
+        extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, ...
+        text = reply.text
+        cut = cut_imagined(text)      # only the code before a made-up "Output:" runs
+        if cut is not None:
+            extra["imagined_output"] = len(text) - len(cut)
+            text = cut
+        st.append({"role": "assistant", "content": text})
+        try:
+            blocks, nudge, failed = await self._act(text, turn, extra)
+        except BaseException as e:      # the span ends whatever cut the turn short
+            turn.end(reply, error="cancelled" if isinstance(e, asyncio.CancelledError)
+                     else f"{type(e).__name__}: {e}", **extra)
+            raise
+        feedback = self._feedback(blocks, nudge, failed, extra)
+        turn.end(reply, blocks=len(blocks), ended=feedback is None, **extra)
+        if feedback is None:
+            if st.final is None:
+                st.limit = "max_consecutive_errors"
+            return await self._wrap_up()
+        st.append({"role": "user", "content": feedback})
+        return await self._next(feedback)
+
+    def _failed(self, turn: TurnSpan, e: BaseException) -> None:
+        """The turn's model call ended in a limit or a model error."""
+        if isinstance(e, BudgetExceeded):
+            self.st.limit = e.limit
+        else:
+            self.st.error = e if isinstance(e, Exception) else str(e)
+        turn.fail(str(e))
+
+    async def _wrap_up(self) -> Step:
+        """The turns are over: the REPL's calls stop; without a final answer (and unless the
+        model itself failed) one last no-code turn asks for it."""
+        await self._stop_calls()
+        if self.st.final is None and not isinstance(self.st.error, ModelError):
+            return await self._last_ask()
+        return await self.close()
+
     def _at_limit(self) -> bool:
         st = self.st
         st.limit = self.env.ledger.limit_reached(subcalls=False) or (
             "max_iterations" if st.turns >= self.env.budget.max_iterations else None)
         return st.limit is not None
-
-    async def _call_root(self, turn: TurnSpan) -> Completion | None:
-        """The turn's model call (after compacting the history if it must); None when a limit
-        or a model error ends the turns."""
-        env = self.env
-        deltas = turn_deltas(env.tracer, turn.id, turn.run.id, self.depth)
-        try:
-            await fit(env, self.st, self.messages, 0, turn, self._push_history)
-            try:
-                return await env.dispatcher.call_model(env.root_client, self.messages,
-                                                       role=self.role, subcall=False,
-                                                       options=env.root_options,
-                                                       on_delta=deltas)
-            finally:   # what is pending goes out before the turn's update or end
-                if deltas is not None:
-                    deltas.flush()
-        except BudgetExceeded as e:
-            self.st.limit = e.limit
-            turn.fail(str(e))
-        except ModelError as e:
-            self.st.error = e
-            turn.fail(str(e))
-        except asyncio.CancelledError:   # a child whose parent's cell was cut
-            turn.fail("cancelled")
-            raise
-        return None
 
     async def _act(self, text: str, turn: TurnSpan,
                    extra: dict[str, Any]) -> tuple[list[str], str | None, bool]:
@@ -285,15 +369,25 @@ class _Run:
         elif blocks:
             failed = await self._run_blocks(blocks, bare, code, turn, extra)
         else:
-            nudge = await prose(st, text, extra, self._run_hidden)
+            nudge = await self._apply(prose(st, text, extra))
         source = "\n".join(blocks) if blocks else text
-        held = await hold_ungrounded(st, source, bool(blocks), extra, self._run_hidden)
+        held = hold_ungrounded(st, source, bool(blocks), extra)
         if held is None and self.output is not None:
-            held = await hold_invalid(st, self.output, bool(blocks), extra, self._run_hidden,
-                                      self._structure)
+            plain = to_structure(st, self.output)
+            filled = await self._structure(plain) if plain is not None else None
+            if filled is not None:
+                structured(st, filled, extra)
+            else:
+                held = hold_invalid(st, self.output, bool(blocks), extra)
         if held is None and self.env.sources and self.depth == 0:
-            held = await hold_unsourced(st, bool(blocks), extra, self._run_hidden)
-        return blocks, held or nudge, failed
+            held = hold_unsourced(st, bool(blocks), extra)
+        return blocks, (await self._apply(held) if held is not None else None) or nudge, failed
+
+    async def _apply(self, nudge: Nudge) -> str | None:
+        """A guard's decision: its code runs in the REPL, its text is the nudge."""
+        if nudge.repl is not None:
+            await self._run_hidden(nudge.repl)
+        return nudge.text
 
     async def _structure(self, text: str) -> str | None:
         """The output schema filled from a plain-text answer by one sub-call (see
@@ -336,7 +430,7 @@ class _Run:
             cell_id = turn.cell(i, block)
             self.node.parent = cell_id    # sub-calls and children hang under the cell
             try:
-                cell = await self._run_cell(block)
+                cell = await self.run_cell(block)
             except asyncio.CancelledError:
                 turn.cell_end(cell_id, Cell(error="cancelled"), "")
                 raise
@@ -365,7 +459,7 @@ class _Run:
                       f"Output: {abridge(st.last_shown, 160)}")
         return st.last_failed
 
-    async def _run_cell(self, code: str) -> Cell:
+    async def run_cell(self, code: str) -> Cell:
         """One cell, cut at the run's time limit (its REPL state is then lost: the worker is
         stopped and restarts if another cell runs)."""
         env = self.env
@@ -384,9 +478,10 @@ class _Run:
                         answer=self.st.answer, variables=self.st.variables)
 
     # ------------------------------------------------------------ the answer at a limit
-    async def _last_turn(self) -> None:
-        """At a limit: one no-code turn asks for the answer; the top-level run's is admitted
-        past the budget, under its own short timeout."""
+    async def _last_ask(self) -> Step:
+        """At a limit: one no-code turn asks for the answer. The top-level run's is admitted
+        past the budget, in the time its deadline reserved for it (and within
+        `last_turn_seconds` when set)."""
         env, st = self.env, self.st
         draft = str(st.answer.get("content") or "")
         msg = prompts.LAST_TURN.format(limit=st.limit or "error", query=self.query[:500])
@@ -396,41 +491,39 @@ class _Run:
         if self.output is not None:
             msg += prompts.LAST_TURN_OUTPUT
         # the request joins the last feedback message, so user and assistant turns alternate
-        merged = self.messages[-1]["role"] == "user"
+        merged = st.messages[-1]["role"] == "user"
         turn = self.rec.turn(last=True, prompt=msg, merged=merged)
-        await fit(env, st, self.messages, msg_tokens([{"role": "user", "content": msg}]), turn,
-                  None)
+        await self._fit(msg_tokens([{"role": "user", "content": msg}]), turn, push=False)
         if merged:
-            call = [*self.messages[:-1], {"role": "user", "content":
-                                          self.messages[-1]["content"] + "\n\n" + msg}]
+            call = [*st.messages[:-1], {"role": "user", "content":
+                                        st.messages[-1]["content"] + "\n\n" + msg}]
         else:
-            call = [*self.messages, {"role": "user", "content": msg}]
-        force = self.depth == 0            # only the top run may pass a limit
-        seconds = last_turn_seconds(env) if force else None
+            call = [*st.messages, {"role": "user", "content": msg}]
+        seconds = env.last_turn_seconds if self.depth == 0 else None
         options = dict(env.root_options)
         if seconds is not None:
             options["timeout"] = min(seconds, options.get("timeout") or seconds)
-        deltas = turn_deltas(env.tracer, turn.id, turn.run.id, self.depth)
-        try:
-            async with asyncio.timeout(seconds):
-                comp = await env.dispatcher.call_model(env.root_client, call, role=self.role,
-                                                       subcall=False, options=options,
-                                                       force=force, on_delta=deltas)
-        except (ModelError, BudgetExceeded, TimeoutError) as e:
-            if deltas is not None:
-                deltas.flush()
-            why = str(e) if not isinstance(e, TimeoutError) else \
-                f"no reply within the last-answer turn's {seconds:g} s"
+        self.asked = Ask(call, turn, feedback=call[-1]["content"], last=True, options=options,
+                         timeout=seconds)
+        return self.asked
+
+    def _take_last(self, ask: Ask, reply: Completion | BaseException) -> None:
+        """The last-answer turn's reply: its answer becomes the draft (KEEP keeps the one
+        there); a failure leaves the draft as it is."""
+        st, turn = self.st, ask.turn
+        if isinstance(reply, BaseException):
+            why = f"no reply within the last-answer turn's {ask.timeout:g} s" if \
+                isinstance(reply, TimeoutError) and ask.timeout is not None else str(reply)
             turn.fail(why)
             if st.error is None and st.limit is None:
-                st.error = e if not isinstance(e, TimeoutError) else why
+                st.error = why if isinstance(reply, TimeoutError) or \
+                    not isinstance(reply, Exception) else reply
             return
-        if deltas is not None:
-            deltas.flush()
-        turn.end(comp, last=True)
-        if draft and comp.text.strip("`'\". ").upper() == KEEP:
+        turn.end(reply, last=True)
+        draft = str(st.answer.get("content") or "")
+        if draft and reply.text.strip("`'\". ").upper() == KEEP:
             return
-        text = answer_text(comp.text)
+        text = answer_text(reply.text)
         if text:
             st.answer, st.extracted = {"content": text, "ready": False}, True
 
@@ -443,7 +536,8 @@ class _Run:
         self.description = prep.description
         self.rec.note(context_sha256=prep.payload.sha256, context_bytes=prep.payload.size_bytes,
                       context_chars=prep.chars, description=prep.description)
-        self.sandbox = env.make_sandbox()
+        self.sandbox = env.root_sandbox if self.depth == 0 and env.root_sandbox is not None \
+            else env.make_sandbox()
         self.node.parent = self.rec.id
         base_handler = with_search(env.dispatcher.handler(self.node), prep.payload)
 
@@ -463,12 +557,16 @@ class _Run:
         # use of the HTTP stack imports it (~0.1 s): a local sandbox then boots on another core
         # meanwhile instead of after the request (benchmarks/bench_startup.py).
         await asyncio.sleep(0)
-        self.messages = _first_messages(env, self.query, prep.description, self.output,
-                                        env.preface if self.depth == 0 else None)
-        st.first_user = self.messages[1]["content"]
+        st.messages = first_messages(
+            self.query, prep.description, max_output_chars=env.max_output_chars,
+            sub_context_chars=env.sub_context_chars, tips=env.tips, tool_names=env.tool_names,
+            system_template=env.system_template, example=env.example, output=self.output,
+            preface=env.preface if self.depth == 0 else None,
+            sources=env.sources and self.depth == 0)
+        st.first_user = st.messages[1]["content"]
         st.seen.append(plain_digits(st.first_user))
-        st.full = list(self.messages)
-        self.rec.note(system=self.messages[0]["content"], first_user=st.first_user)
+        st.full = list(st.messages)
+        self.rec.note(system=st.messages[0]["content"], first_user=st.first_user)
 
     async def _ready(self) -> None:
         assert self.starting is not None and self.sandbox is not None
@@ -489,12 +587,22 @@ class _Run:
             return False
         return cell.error is None
 
-    async def _push_history(self) -> str | None:
-        return await push_history(self.st, self._run_hidden)
-
-    def _append(self, msg: Message) -> None:
-        self.messages.append(msg)
-        self.st.full.append(msg)
+    async def _fit(self, extra_tokens: int, turn: TurnSpan, *, push: bool) -> None:
+        """Compact the history when it (plus `extra_tokens` still to come) would not fit the
+        root's window: the whole conversation goes in the REPL first (`push`), compaction
+        decides the replacement, the turn's trace notes it exactly (design note 11)."""
+        st = self.st
+        budget = history_budget(self.env)
+        if budget is None or not over(budget, st.messages, extra_tokens):
+            return
+        var = st.history_var
+        if push:
+            name, code = history_code(st)
+            var = name if await self._run_hidden(code) else None
+            st.history_var = var or st.history_var
+        c = compact(st, st.messages, budget, extra_tokens, var)
+        st.messages[c.start:c.end] = c.new
+        turn.note(compaction=c.note)
 
     async def _stop_calls(self) -> None:
         """Cancel the REPL's calls still running (the sub-calls and children of a cell cut at
@@ -505,25 +613,6 @@ class _Run:
                 t.cancel()
         if pending:
             await asyncio.wait(pending, timeout=2.0)
-
-    async def _close(self) -> Result:
-        try:
-            if self.starting is not None:   # never leave the start running or its error
-                self.starting.cancel()      # unretrieved
-                await asyncio.gather(self.starting, return_exceptions=True)
-            if self.sandbox is not None:
-                await self.sandbox.close()
-            await self._stop_calls()
-            if self.workdir is not None:
-                shutil.rmtree(self.workdir, ignore_errors=True)
-            if self.depth == 0:
-                self.sources = await sources.acheck(self.st.answer, self.st.final, self.context)
-        finally:   # even when cancelled again: the trace gets this run's final and end
-            res = self._result()
-            # tree totals only on the top-level run: a child's own are its subtree's sums
-            self.rec.finish(res, totals=tree_totals(self.env.ledger, res) if self.depth == 0
-                            else None)
-        return res
 
     def _result(self) -> Result:
         st = self.st
@@ -557,19 +646,26 @@ class _Run:
                            ready=status == "final", answer_source=source, turns=st.turns,
                            elapsed_s=round(time.monotonic() - self.t0, 4), error=error,
                            limit=st.limit, parsed=parsed, output_error=output_error,
-                           sources=self.sources, sources_verified=sources.verdict(self.sources))
+                           trace_path=self.env.trace_path, sources=st.sources,
+                           sources_verified=sources.verdict(st.sources))
 
 
-def _first_messages(env: RunEnv, query: str, description: str,
-                    output: OutputSpec | None, preface: str | None = None) -> list[Message]:
+def first_messages(query: str, description: str, *, max_output_chars: int = 8192,
+                   sub_context_chars: int = 100_000, tips: str | None = None,
+                   tool_names: list[str] | None = None, system_template: str | None = None,
+                   example: bool = True, output: OutputSpec | None = None,
+                   preface: str | None = None, sources: bool = False) -> list[Message]:
+    """A run's system and first user message (a verifiers dataset's prompt is built here too,
+    so the policy sees what the step machine records). `sources`: the rule and worked example
+    that ask for the answer's sources (recursa.sources)."""
     first_line = description.splitlines()[0] if description else ""
     ctype = first_line.removeprefix("source: ") if first_line.startswith("source:") else first_line
     system = prompts.system_prompt(context_type=ctype.removeprefix("type: "),
-                                   max_output_chars=env.max_output_chars,
-                                   sub_chars=env.sub_context_chars, tips=env.tips,
-                                   tool_names=env.tool_names, template=env.system_template,
-                                   example=env.example, search=search_available(),
-                                   sources=env.sources)
+                                   max_output_chars=max_output_chars,
+                                   sub_chars=sub_context_chars, tips=tips,
+                                   tool_names=tool_names, template=system_template,
+                                   example=example, search=search_available(),
+                                   sources=sources)
     first = prompts.FIRST_USER.format(query=query, description=description)
     if preface:
         first += "\n\n" + preface

@@ -8,7 +8,8 @@ names, defaults and help, from one table:
     rlm = opts.build(trace_path=...)     # an RLM (or opts.rlm_kwargs() for RLM(**...))
 
 Bounds are checked while parsing, so `--max-iterations 0` is an argparse error in plain words.
-This module imports only the standard library: building the parser stays cheap.
+This module imports only the standard library (and recursa.sandbox.kinds, which does too):
+building the parser stays cheap.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-SANDBOXES = ("local", "limits", "inprocess", "docker", "modal", "e2b", "daytona")
+from recursa.sandbox.kinds import BUILTIN_NAMES as SANDBOXES  # recursa's own kinds
+
 # RLM's own limits (recursa.budget.Budget fields) among the options
 LIMITS = ("max_iterations", "max_depth", "max_subcalls", "max_tokens", "max_cost_usd",
           "max_seconds", "cell_timeout")
@@ -75,6 +77,18 @@ class Opt:
     aliases: tuple[str, ...] = ()                          # old spellings, hidden from --help
 
 
+def _sandbox_kind(text: str) -> str:
+    """An argparse type: a sandbox kind recursa or an installed package provides (other
+    packages' kinds are looked up only for a name that is not recursa's own)."""
+    if text in SANDBOXES:
+        return text
+    from recursa.sandbox.kinds import kind_names, sandbox_kind
+    if sandbox_kind(text) is None:
+        raise argparse.ArgumentTypeError(f"unknown sandbox kind {text!r} (choose from "
+                                         f"{', '.join(kind_names())})")
+    return text
+
+
 _int1, _int0 = _number(int, 1), _number(int, 0)
 _pos = _number(float, 0, above=True)
 
@@ -95,8 +109,8 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("sandbox", ("--sandbox",), "where model-written code runs: local (default: a worker "
         "process isolated by bubblewrap; refuses to start where that cannot work), limits (a "
         "worker process with resource limits only, NOT isolated from your files and network), "
-        "inprocess (not isolated), docker, modal, e2b or daytona",
-        {"choices": SANDBOXES, "default": "local", "metavar": "KIND"}),
+        "inprocess (not isolated), docker, modal, e2b, daytona, or a kind an installed package "
+        "adds", {"type": _sandbox_kind, "default": "local", "metavar": "KIND"}),
     Opt("max_iterations", ("--max-iterations",), "root turns per RLM (default 30)",
         {"type": _int1, "metavar": "N"}),
     Opt("max_depth", ("--max-depth",), "depth of rlm_query; at the limit it is a plain model "

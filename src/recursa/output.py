@@ -81,21 +81,23 @@ class OutputSpec:
         fields = ", ".join(f"{json.dumps(k)}: {n}" for k, n in zip(props, names, strict=True))
         return f"FINAL(json.dumps({{{fields}}})) after setting {', '.join(names)} from the output"
 
-    def structuring_request(self, text: str, client_name: str
+    def structuring_request(self, text: str, client_name: Any
                             ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Messages and options for one sub-call that fills this schema from an answer the root
         wrote as plain text. The reply is constrained to the schema where the client can do it
-        (llama.cpp's json_schema; response_format on OpenAI-compatible servers)."""
+        (llama.cpp's json_schema; response_format on OpenAI-compatible servers): as the client
+        (a ModelClient, or its spec name) declares, else as its provider's clients do."""
         schema = json.dumps(self.schema, ensure_ascii=False)
         messages = [
             {"role": "system", "content": "You turn an answer written as text into JSON matching "
              "a JSON schema. Use only facts stated in the text; reply with the JSON only."},
             {"role": "user", "content": f"Schema:\n{schema}\n\nText:\n{text}\n\nJSON:"}]
         options: dict[str, Any] = {"temperature": 0.0, "max_tokens": 1024}
-        provider = client_name.split(":", 1)[0]
-        if provider == "local":
+        from recursa.models.registry import structured_output
+        how = structured_output(client_name)
+        if how == "json_schema":
             options["json_schema"] = self.schema
-        elif provider in ("openai", "vllm", "openrouter", "azure"):
+        elif how == "response_format":
             options["response_format"] = {"type": "json_schema",
                                           "json_schema": {"name": "answer", "schema": self.schema}}
         return messages, options

@@ -19,20 +19,68 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
 
 from recursa import prompts
-from recursa.types import BudgetExceeded, ModelError
+from recursa.budget import Budget, Ledger
+from recursa.dispatch import Dispatcher, Node
+from recursa.recorder import RunRecorder
+from recursa.state import RunState
+from recursa.trace import Tracer
+from recursa.types import BudgetExceeded, Cell, Message, ModelClient, ModelError
 
-if TYPE_CHECKING:
-    from recursa.loop import RunEnv, _Run
+
+class RunEnv(Protocol):
+    """What the plan step reads of a run's shared settings (recursa.loop.RunEnv)."""
+
+    budget: Budget
+    ledger: Ledger
+    tracer: Tracer
+    dispatcher: Dispatcher
+    root_client: ModelClient
+    root_options: dict[str, Any]
+    max_output_chars: int
+    strategy: str
+
+
+class Run(Protocol):
+    """What the plan step uses of a run (recursa.loop.Run): no import of the loop, which
+    calls this module."""
+
+    st: RunState
+    rec: RunRecorder
+    query: str
+    depth: int
+    node: Node
+
+    @property
+    def env(self) -> RunEnv: ...
+
+    @property
+    def messages(self) -> list[Message]: ...
+
+    async def run_cell(self, code: str) -> Cell: ...
 
 STRATEGIES = ("code", "plan", "auto")
 PLAN_MAX_TOKENS = 400
 Text = Annotated[str, Field(min_length=1, max_length=300)]
 Label = Annotated[str, Field(min_length=1, max_length=40)]
+
+
+def _distinct(labels: list[str]) -> list[str]:
+    # a 1.5B root has filled ["code", "code"]: repeats dropped; a set that cannot tell two
+    # records apart is not a plan
+    out: dict[str, str] = {}
+    for x in labels:
+        out.setdefault(x.strip().lower(), x.strip())
+    if len(out) < 2:
+        raise ValueError("a label set needs at least two different labels")
+    return list(out.values())
+
+
+Labels = Annotated[list[Label], Field(min_length=2, max_length=12), AfterValidator(_distinct)]
 
 
 class RetrieveRead(BaseModel):
@@ -48,7 +96,7 @@ class LabelCount(BaseModel):
 
     plan: Literal["label_count"]
     instruction: Text
-    labels: list[Label] = Field(min_length=2, max_length=12)
+    labels: Labels
 
 
 class TwoHop(BaseModel):
@@ -64,7 +112,7 @@ class Pairs(BaseModel):
 
     plan: Literal["pairs"]
     instruction: Text
-    labels: list[Label] = Field(min_length=2, max_length=12)
+    labels: Labels
     keep: list[Label] = Field(min_length=1, max_length=12)
     id_prefix: Annotated[str, Field(max_length=20)] = ""
 
@@ -151,10 +199,11 @@ def request(env: RunEnv, query: str, description: str) -> tuple[list[dict[str, A
                                                              description=description)}]
     options = {**env.root_options, "temperature": 0.0, "max_tokens": PLAN_MAX_TOKENS}
     schema = plan_schema()
-    provider = env.root_client.name.split(":", 1)[0]
-    if provider == "local":
+    from recursa.models.registry import structured_output
+    how = structured_output(env.root_client)
+    if how == "json_schema":
         options["json_schema"] = schema
-    elif provider in ("openai", "vllm", "openrouter", "azure"):
+    elif how == "response_format":
         options["response_format"] = {"type": "json_schema", "json_schema": {
             "name": "plan", "schema": {"type": "object", "properties": {"choice": schema},
                                        "required": ["choice"]}}}
@@ -177,6 +226,24 @@ def plan_schema() -> dict[str, Any]:
             return [inline(x) for x in node]
         return node
     return inline(raw)
+
+
+# What a query that needs a label on every record asks for: a count, a most / least, a
+# comparison or pairs. Without one of these words, a labelling plan is a misread of the query
+# (a 1.5B root answered "what code opens the bike shed?" with label_count over 119 records).
+_AGGREGATE = re.compile(
+    r"\b(how many|how much|count|counts|counting|number of|numbers of|most|least|fewest|fewer|"
+    r"more(?! than one)|less|majority|minority|proportion|percentage|share|ratio|average|total|"
+    r"compare|comparison|pairs?|largest|smallest|biggest|highest|lowest|frequent|common)\b",
+    re.I)
+
+
+def fits(plan: Any, query: str) -> Any:
+    """`plan`, or in place of a labelling plan for a query that asks for no aggregate (no count,
+    most / least, comparison or pairs), a retrieval of the query itself."""
+    if isinstance(plan, LabelCount | Pairs) and not _AGGREGATE.search(query):
+        return RetrieveRead(plan="retrieve_read", question=query[:300], keywords=[])
+    return plan
 
 
 def parse(text: str) -> Any:
@@ -265,7 +332,9 @@ def _plan_chunks(keywords):
         pieces = hit or pieces
     return pieces
 
-_PLAN_READ = " Answer from the text above in a few words, or reply 'none' if it does not say."
+# every part: asked "who ... and what ...", the 1.5B answered with a name alone
+_PLAN_READ = (" Answer every part of the question from the text above in one short sentence, "
+              "or reply 'none' if the text does not say.")
 
 def _plan_retrieve(question, keywords, dry):
     # with search(): a made-up answer, a search, and one read of each hit; without: every
@@ -351,7 +420,7 @@ def describe(plan: Any) -> str:
 
 
 # ------------------------------------------------------------------ the planned step
-async def run_plan(run: _Run, description: str) -> None:
+async def run_plan(run: Run, description: str) -> None:
     """The plan turn of `run` (a top-level run in plan mode): ask, bound, run, and put the
     results (or why there are none) into the root's first message."""
     env, st = run.env, run.st
@@ -366,7 +435,7 @@ async def run_plan(run: _Run, description: str) -> None:
     st.turns += 1
     turn.replied(comp)
     try:
-        plan = parse(comp.text)
+        plan = fits(parse(comp.text), run.query)
     except ValueError as e:
         turn.end(comp, blocks=0, plan_error=str(e))
         return _note(run, f"the reply was not a valid plan ({e})")
@@ -407,10 +476,10 @@ async def run_plan(run: _Run, description: str) -> None:
     st.seen.append(plain_digits(output))
 
 
-async def _cell(run: _Run, turn: Any, index: int, code: str) -> Any:
+async def _cell(run: Run, turn: Any, index: int, code: str) -> Any:
     cell_id = turn.cell(index, code)
     run.node.parent = cell_id
-    cell = await run._run_cell(code)
+    cell = await run.run_cell(code)
     turn.cell_end(cell_id, cell, cell.stdout or cell.error or "")
     run.st.cells_run += 1
     run.st.variables = list(cell.variables)
@@ -430,11 +499,11 @@ def _over_budget(env: RunEnv, bound: dict[str, Any]) -> str | None:
     return None
 
 
-def _note(run: _Run, why: str) -> None:
+def _note(run: Run, why: str) -> None:
     _preface(run, FELL_BACK.format(why=why))
 
 
-def _preface(run: _Run, text: str, replace_start: bool = False) -> None:
+def _preface(run: Run, text: str, replace_start: bool = False) -> None:
     """Add `text` to the root's first message (before its first code turn); with results,
     in place of its "start by exploring" line, which would contradict them."""
     msg = run.messages[1]

@@ -10,7 +10,7 @@ clients (what RLM has); it raises PreflightError listing every problem found.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import inspect
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -19,20 +19,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from recursa.types import RecursaError
+from recursa.types import ModelClient, RecursaError
 
 CONNECT_TIMEOUT = 5.0
 _REACHED_TTL = 60.0                      # a server makes one RLM per request: check once a minute
 _reached: dict[tuple[str, int], float] = {}
-
-# the variables a provider's key may come from (bedrock and litellm: their SDKs' own chains)
-_KEY_ENV = {"openai": ("OPENAI_API_KEY",), "anthropic": ("ANTHROPIC_API_KEY",),
-            "openrouter": ("OPENROUTER_API_KEY",), "gemini": ("GEMINI_API_KEY", "GOOGLE_API_KEY"),
-            "azure": ("AZURE_OPENAI_API_KEY", "AZURE_OPENAI_AD_TOKEN")}
-_DEFAULT_URL = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com",
-                "openrouter": "https://openrouter.ai/api/v1",
-                "gemini": "https://generativelanguage.googleapis.com"}
-_REMOTE = {"modal": ("modal", "modal"), "e2b": ("e2b", "e2b"), "daytona": ("daytona", "daytona")}
 
 
 class PreflightError(RecursaError, ValueError):
@@ -51,81 +42,77 @@ class Target:
     """One model as the checks see it."""
 
     name: str                      # the spec, e.g. openai:gpt-5-mini
-    provider: str                  # openai, anthropic, openrouter, vllm, local, replay, other
+    provider: str                  # the spec's prefix (openai, anthropic, local, ...) or 'other'
     model: str
     endpoint: str | None = None    # URL to reach (None: nothing to reach)
-    price: str | None = None       # 'free', 'known', 'reported' or None (unknown)
+    price: str | None = None       # 'free', 'known', 'reported', 'declared' or None (unknown)
     missing_key: str | None = None  # the variable that should hold a key that is not set
     local_path: Path | None = None
+    endpoint_env: str | None = None  # the provider has no default endpoint: the variable for one
 
 
 # ---------------------------------------------------------------- targets
+# What each provider needs (key variables, default endpoints, ...) is its registry entry's
+# (recursa.models.registry.Provider); what a built client can do, its declaration.
 def target_of_spec(spec: str, *, base_url: str | None = None, api_key: bool = False,
                    prices: Mapping[str, Any] | None = None) -> Target:
     """What a spec string will need, before any client exists (`api_key`: one was given)."""
     from recursa.models.pricing import price_for
+    from recursa.models.registry import provider
     prefix, _, model = spec.partition(":")
     prefix = prefix.strip().lower()
     t = Target(name=spec, provider=prefix, model=model.strip())
-    if prefix in ("replay", "replay-file"):
+    p = provider(prefix)
+    if p is not None and p.free:
         t.price = "free"
-        return t
-    if prefix == "local":
-        t.price = "free"
-        if not _registry_name(t.model):
+        if p.model_file and not _registry_name(t.model):
             t.local_path = Path(t.model).expanduser()
         return t
-    t.endpoint = base_url or _DEFAULT_URL.get(prefix) or os.environ.get(
-        {"vllm": "VLLM_BASE_URL", "azure": "AZURE_OPENAI_ENDPOINT"}.get(prefix, ""), None)
-    hosted = prefix in _KEY_ENV and (base_url is None or prefix != "openai"
-                                     or "api.openai.com" in base_url)
-    names = _KEY_ENV.get(prefix, ())
-    if hosted and not api_key and not any(os.environ.get(n) for n in names):
-        t.missing_key = " or ".join(names)
+    if p is not None:
+        t.endpoint = base_url or p.default_url or (os.environ.get(p.url_env) or None
+                                                   if p.url_env else None)
+        if p.needs_endpoint:
+            t.endpoint_env = p.url_env
+        elsewhere = bool(base_url) and p.default_url is not None and \
+            urlsplit(base_url or "").hostname != urlsplit(p.default_url).hostname
+        hosted = bool(p.key_env) and not (p.key_at_default_url_only and elsewhere)
+        if hosted and not api_key and not any(os.environ.get(n) for n in p.key_env):
+            t.missing_key = " or ".join(p.key_env)
+    else:
+        t.endpoint = base_url
     if price_for(spec, prices) is not None:
         t.price = "known"
-    elif prefix == "openrouter":
+    elif p is not None and p.reports_cost:
         t.price = "reported"
+    elif p is not None and p.prefix not in _own_prefixes():
+        # another package's provider: its clients declare their prices, which RLM checks
+        # (target_of_client) once they are built, still before any model call
+        t.price = "declared"
     return t
 
 
-def target_of_client(client: Any) -> Target:
-    """What a built ModelClient will need (any object with a `name`)."""
-    name = str(getattr(client, "name", "") or "")
+def target_of_client(client: ModelClient) -> Target:
+    """What a built ModelClient will need, from its name and what it declares."""
+    from recursa.models.pricing import status
+    from recursa.models.registry import provider_of
+    caps = client.capabilities
+    name = client.name
     prefix = name.partition(":")[0].lower() if ":" in name else "other"
-    model = str(getattr(client, "model", "") or name)
-    t = Target(name=name, provider=getattr(client, "provider", None) or prefix, model=model)
-    if prefix == "local":
-        t.price = "free"
-        path = getattr(client, "path", None)
-        t.local_path = Path(path) if path is not None else None
-        return t
-    url = getattr(client, "base_url", None)
+    model = str(caps.identity.get("model") or name)
+    t = Target(name=name, provider=prefix, model=model)
+    p = provider_of(name)
+    if p is not None and p.model_file:
+        if not _registry_name(model):
+            t.local_path = Path(model).expanduser()
+    url = caps.identity.get("base_url")
     t.endpoint = str(url) if url else None
-    t.price = _client_price(client)
-    if t.price is None and t.provider == "openrouter":
-        t.price = "reported"      # OpenRouter returns what it charged in usage.cost
+    t.price = status(caps.pricing)
     return t
 
 
-def _client_price(client: Any) -> str | None:
-    """'known', 'reported' or None. recursa's hosted clients carry `prices` and know their
-    price or not; a client of another kind prices its own calls (its Completion's cost_usd),
-    and the ledger stops the run at the first call it leaves unpriced."""
-    if str(getattr(client, "name", "")).startswith("replay"):
-        return None if getattr(client, "cost_usd", 0.0) is None else "known"
-    est = getattr(client, "estimate_cost", None)
-    if est is not None:
-        try:
-            if est(1, 1) is not None:
-                return "known"
-        except Exception:
-            pass
-    if not hasattr(client, "prices"):
-        return "reported"
-    from recursa.models.pricing import price_for
-    model = str(getattr(client, "model", "") or getattr(client, "name", ""))
-    return "known" if price_for(model, client.prices) is not None else None
+def _own_prefixes() -> frozenset[str]:
+    from recursa.models.providers import BUILTIN
+    return frozenset(p.prefix for p in BUILTIN)
 
 
 def _registry_name(model: str) -> bool:
@@ -144,10 +131,9 @@ def _model_problems(targets: list[Target], *, max_cost_usd: float | None,
             problems.append(f"{t.name}: no API key ({how})")
         if t.local_path is not None and not t.local_path.is_file():
             problems.append(f"{t.name}: no such model file {str(t.local_path)!r}")
-        if t.provider in ("vllm", "azure") and not t.endpoint:
+        if t.endpoint_env and not t.endpoint:
             flag = "--base-url URL" if cli else "base_url="
-            var = "VLLM_BASE_URL" if t.provider == "vllm" else "AZURE_OPENAI_ENDPOINT"
-            problems.append(f"{t.name}: no endpoint (give {flag} or set {var})")
+            problems.append(f"{t.name}: no endpoint (give {flag} or set {t.endpoint_env})")
     if max_cost_usd is not None:
         for t in targets:
             if t.price is None:
@@ -160,42 +146,19 @@ def _model_problems(targets: list[Target], *, max_cost_usd: float | None,
     return problems
 
 
-def _sandbox_problems(kind: Any, options: Mapping[str, Any]) -> list[str]:
-    if kind == "local" and options.get("isolation", "auto") != "limits":
-        from recursa.sandbox.isolation import unavailable_reason
-        why = unavailable_reason(options.get("bwrap"))
-        return [f"sandbox='local': {why}"] if why else []
-    if not isinstance(kind, str) or kind in ("local", "limits", "inprocess", "in-process",
-                                             "in_process"):
+async def _sandbox_problems(kind: Any, options: Mapping[str, Any]) -> list[str]:
+    """What keeps a sandbox of `kind` from starting here, by its own check
+    (recursa.sandbox.kinds); a sandbox object or factory is the caller's to check."""
+    if not isinstance(kind, str):
         return []
-    if kind in _REMOTE:
-        module, extra = _REMOTE[kind]
-        if importlib.util.find_spec(module) is None:
-            from recursa.extras import MissingExtra
-            return [str(MissingExtra(extra, f"sandbox={kind!r}", module=module))]
-        if kind == "e2b" and not (options.get("api_key") or os.environ.get("E2B_API_KEY")):
-            return ["sandbox='e2b': no credentials (set E2B_API_KEY)"]
-        if kind == "daytona" and not (options.get("api_key") or os.environ.get("DAYTONA_API_KEY")
-                                      or os.environ.get("DAYTONA_JWT_TOKEN")):
-            return ["sandbox='daytona': no credentials (set DAYTONA_API_KEY)"]
-        if kind == "modal" and not (
-                (os.environ.get("MODAL_TOKEN_ID") and os.environ.get("MODAL_TOKEN_SECRET"))
-                or Path(os.environ.get("MODAL_CONFIG_PATH", "~/.modal.toml")).expanduser()
-                .is_file()):
-            return ["sandbox='modal': no credentials (run `modal token new`, or set "
-                    "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET)"]
-    return []
-
-
-async def _docker_problems(options: Mapping[str, Any]) -> list[str]:
-    from recursa.sandbox.remote.docker import DockerLauncher
-    from recursa.types import SandboxError
-    opts = {k: v for k, v in options.items() if k in ("docker", "check_timeout")}
-    try:
-        await DockerLauncher(**opts).check_engine()
-    except SandboxError as e:
-        return [str(e)]
-    return []
+    from recursa.sandbox.kinds import kind_names, sandbox_kind
+    k = sandbox_kind(kind)
+    if k is None:
+        return [f"sandbox={kind!r}: unknown sandbox kind (one of {', '.join(kind_names())})"]
+    if k.check is None:
+        return []
+    found = k.check(options)
+    return list(await found if inspect.isawaitable(found) else found)
 
 
 def _address(url: str) -> tuple[str, int] | None:
@@ -239,9 +202,7 @@ async def acheck(targets: Iterable[Target], *, max_cost_usd: float | None = None
     """Raise PreflightError naming every problem; `cli` words the fixes as flags."""
     ts = list({t.name + "|" + str(t.endpoint): t for t in targets}.values())
     problems = _model_problems(ts, max_cost_usd=max_cost_usd, cli=cli)
-    problems += _sandbox_problems(sandbox, sandbox_options or {})
-    if sandbox == "docker":
-        problems += await _docker_problems(sandbox_options or {})
+    problems += await _sandbox_problems(sandbox, sandbox_options or {})
     if reach and not problems:     # no use knocking on doors when the keys are missing
         urls = {t.endpoint: t.name for t in ts if t.endpoint}
         found = await asyncio.gather(*(_reach(n, u, timeout) for u, n in urls.items()))

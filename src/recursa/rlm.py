@@ -6,12 +6,13 @@ import asyncio
 import concurrent.futures
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recursa.budget import Budget, Ledger
-from recursa.dispatch import Dispatcher, Node
-from recursa.loop import RunEnv, run_child, run_loop
+from recursa.deadline import Allowance, Deadline, default_reserve
+from recursa.loop import RunEnv, run_loop
 from recursa.output import OutputSpec
 from recursa.tools import Tool, ToolSet
 from recursa.trace import CallbackSink, JsonlSink, Tracer, new_id
@@ -22,6 +23,21 @@ if TYPE_CHECKING:
     from recursa.session import Session
 
 _BUDGET_FIELDS = set(Budget.model_fields)
+
+
+@dataclass
+class RunScope:
+    """What a caller puts around one run instead of changing the RLM (a session's question):
+    the top-level run's sandbox (children still get fresh ones), the trace file, one more
+    event hook, the preface under the query, and the parent ledger and time allowance whose
+    limits apply too (the run's spend is counted there as it happens)."""
+
+    sandbox: Sandbox | None = None
+    trace_path: Path | None = None
+    on_event: Callable[[Event], Any] | None = None
+    preface: str | None = None
+    ledger: Ledger | None = None
+    allowance: Allowance | None = None
 
 
 class RLM:
@@ -43,8 +59,10 @@ class RLM:
     files, endpoints, the sandbox and the cost limit, raising PreflightError if one fails.
     `cache`: True (the default file), a path, or a `recursa.models.cache.ResponseCache`:
     replies to requests seen before come from disk at no cost (docs/cache.md).
-    `last_turn_seconds`: the timeout of the one last-answer turn the run gets at a limit
-    (default: a quarter of `max_seconds`, within 5-60 s; none without `max_seconds`).
+    `max_seconds` is a wall-clock promise: the one last-answer turn the run gets at a limit is
+    reserved inside it (recursa.deadline). `last_turn_seconds`: that turn's time (default: a
+    quarter of `max_seconds`, at most 60 s; never more than half of it), and its own timeout
+    (without `max_seconds`, the only one besides the client's).
     `strategy`: "code" (free-form code, the default), "plan" (the root first fills a typed plan
     the runtime runs with a known bound: recursa.planner) or "auto" (plan for small models).
     `example=False` leaves the worked example out of the system prompt.
@@ -149,14 +167,29 @@ class RLM:
         if unknown:
             raise TypeError(f"unknown limit(s): {', '.join(sorted(unknown))}")
         budget = Budget.model_validate({**self.budget.model_dump(), **limits})
+        return await self.arun(query, context, budget, output=spec)
+
+    async def arun(self, query: str, context: Any, budget: Budget, *,
+                   output: OutputSpec | None = None, scope: RunScope | None = None) -> Result:
+        """One run with `budget`, in `scope` (see RunScope): what `acompletion` and a
+        session's questions call."""
+        scope = scope or RunScope()
         run_id = new_id()
-        trace_path = self._trace_file(run_id)
+        trace_path = scope.trace_path or self._trace_file(run_id)
         sinks: list[TraceSink] = list(self.sinks)
         if trace_path:
             sinks.append(JsonlSink(trace_path, redact=self._redactor()))
-        if self.on_event:
-            sinks.append(CallbackSink(self.on_event))
+        for hook in (self.on_event, scope.on_event):
+            if hook is not None:
+                sinks.append(CallbackSink(hook))
+        from recursa.notebook import auto_sinks
+        sinks.extend(auto_sinks())     # a live progress line in a Jupyter kernel; none elsewhere
         tracer = Tracer(sinks, run_id)
+        deadline = scope.allowance.deadline(budget.max_seconds,
+                                            last_turn_seconds=self.last_turn_seconds) \
+            if scope.allowance is not None else \
+            Deadline(budget.max_seconds,
+                     reserve=default_reserve(budget.max_seconds, self.last_turn_seconds))
         owned: list[ModelClient] = []
         try:
             root = self._client(self.model, self.base_url, self.api_key, owned)
@@ -171,34 +204,29 @@ class RLM:
                 await acheck([target_of_client(c) for c in (root, sub, *extra.values())],
                              max_cost_usd=budget.max_cost_usd, sandbox=self.sandbox,
                              sandbox_options=self.sandbox_options)
-            ledger = Ledger(budget)
-            env: RunEnv   # bound below, before any child can start
-
-            async def child(node: Node, prompt: str, context: Any) -> str:
-                return await run_child(env, node, prompt, context)
-            dispatcher = Dispatcher(ledger=ledger, tracer=tracer, sub_client=sub, clients=extra,
-                                    concurrency=self.concurrency, max_depth=budget.max_depth,
-                                    sub_options=self.sub_model_options, tools=self.sub_tools,
-                                    child_runner=child)
-            env = RunEnv(budget=budget, ledger=ledger, tracer=tracer, dispatcher=dispatcher,
-                         root_client=root, make_sandbox=self._make_sandbox,
+            env = RunEnv(budget=budget, ledger=Ledger(budget, deadline=deadline,
+                                                      parent=scope.ledger),
+                         tracer=tracer, root_client=root, sub_client=sub, clients=extra,
+                         concurrency=self.concurrency, sub_options=self.sub_model_options,
+                         tools=self.sub_tools, make_sandbox=self._make_sandbox,
+                         root_sandbox=scope.sandbox,
+                         trace_path=str(trace_path) if trace_path else None,
                          max_output_chars=self.max_output_chars, root_options=self.model_options,
                          tips=self.tips, tool_names=self.tool_names,
                          system_template=self.system_prompt,
                          sub_context_chars=_context_chars(sub),
-                         last_turn_seconds=self.last_turn_seconds, output=spec,
-                         preface=self.preface, example=self.example,
+                         last_turn_seconds=self.last_turn_seconds, output=output,
+                         preface=scope.preface or self.preface, example=self.example,
                          strategy=self.strategy, sources=self.sources)
-            res = await run_loop(env, query, context)
+            return await run_loop(env, query, context)
         finally:
+            deadline.close()
             for c in owned:
                 try:
                     await c.aclose()
                 except Exception:
                     pass
             tracer.close()
-        res.trace_path = str(trace_path) if trace_path else None
-        return res
 
     def session(self, context: Any, *, idle_timeout: float | None = None,
                 trace_path: str | os.PathLike[str] | None = None,
@@ -223,12 +251,36 @@ class RLM:
             raise
         return s
 
+    def batch(self, items: Any = None, **options: Any) -> Any:
+        """Many runs at once: (query, context) pairs, or `query=` over `contexts=` (paths, a
+        directory, a JSONL / CSV / Parquet file); results in order under one batch `budget`
+        (recursa.batch, docs/batch.md)."""
+        from recursa.batch.run import batch
+        return batch(self, items, **options)
+
+    async def abatch(self, items: Any = None, **options: Any) -> Any:
+        """Async twin of `batch`."""
+        from recursa.batch.run import abatch
+        return await abatch(self, items, **options)
+
+    def iter_batch(self, items: Any = None, **options: Any) -> Any:
+        """`batch`, yielding each item's ItemResult as it finishes."""
+        from recursa.batch.run import iter_batch
+        return iter_batch(self, items, **options)
+
+    def aiter_batch(self, items: Any = None, **options: Any) -> Any:
+        """Async iterator twin of `iter_batch`."""
+        from recursa.batch.run import aiter_batch
+        return aiter_batch(self, items, **options)
+
     # ------------------------------------------------------------ helpers
     def _client(self, spec: str | ModelClient, base_url: str | None, api_key: str | None,
                 owned: list[ModelClient]) -> ModelClient:
         from recursa.models.cache import cached
-        if not isinstance(spec, str):
-            return cached(spec, self.cache, nondeterministic=self.cache_nondeterministic)
+        if not isinstance(spec, str):    # a client object: it declares what it can do
+            from recursa.models.declared import declared
+            return cached(declared(spec), self.cache,
+                          nondeterministic=self.cache_nondeterministic)
         from recursa.models import make_run_client
         opts = {**self.client_options, **({"prices": self.prices} if self.prices else {})}
         client = make_run_client(spec, opts, base_url=base_url, api_key=api_key)
@@ -265,15 +317,10 @@ class RLM:
 
 
 def _check_spec(spec: Any) -> None:
-    """Fail at construction, not mid-run, on a spec no client can serve."""
-    if not isinstance(spec, str) or spec.startswith("replay-file:"):
-        return
-    from recursa.models import PREFIXES, _bad_spec
-    prefix, sep, _ = spec.partition(":")
-    if not sep:
-        raise _bad_spec(spec, "no provider prefix")
-    if prefix.strip().lower() not in PREFIXES:
-        raise _bad_spec(spec, f"unknown prefix {prefix!r}")
+    """Fail at construction, not mid-run, on a spec no provider serves."""
+    if isinstance(spec, str):
+        from recursa.models import provider_for_spec
+        provider_for_spec(spec)
 
 
 def _context_chars(client: ModelClient) -> int:

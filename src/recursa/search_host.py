@@ -42,8 +42,9 @@ def available() -> bool:
 
 def load_payload(payload: ContextPayload) -> Any:
     """The context as the worker sees it, read back from the payload file on the host."""
+    from recursa.documents.model import revive  # documents are indexed as their text
     with open(payload.path, encoding="utf-8", errors="replace") as f:
-        return json.load(f) if payload.kind == "json" else f.read()
+        return json.load(f, object_hook=revive) if payload.kind == "json" else f.read()
 
 
 def index_for(payload: ContextPayload) -> Any:

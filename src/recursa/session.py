@@ -19,7 +19,11 @@ raises `SessionClosed`.
 Limits: the RLM's budget (and per-call overrides) apply to each question; limits given to
 `RLM.session(...)` (`max_cost_usd`, `max_tokens`, `max_subcalls`, `max_seconds`) apply to the
 questions together: each question gets what is left, and a question asked when nothing is left
-raises `BudgetExceeded`.
+raises `BudgetExceeded`. The session keeps a parent ledger (every question's ledger reserves and
+settles there too, so a cancelled question's spend counts as it happened) and a time allowance
+(each question's deadline counts against it). A question runs as `RLM.arun` in a `RunScope`:
+the kept sandbox, the session's trace file, the question's event hook and preface; the RLM
+itself is never copied or changed.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import copy
 import os
 import shutil
 import threading
@@ -39,7 +42,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from recursa import context as ctx
-from recursa.budget import Budget
+from recursa.budget import Budget, Ledger
+from recursa.deadline import Allowance
 from recursa.tempdirs import owned_tempdir
 from recursa.trace import new_id
 from recursa.types import (
@@ -81,14 +85,6 @@ class SessionSpend(BaseModel):
     tokens: int = 0
     subcalls: int = 0
     elapsed_s: float = 0.0
-
-    def add(self, *, cost_usd: float | None, tokens: int, subcalls: int, elapsed_s: float) -> None:
-        self.questions += 1
-        self.cost_usd = None if self.cost_usd is None or cost_usd is None else \
-            self.cost_usd + cost_usd
-        self.tokens += tokens
-        self.subcalls += subcalls
-        self.elapsed_s = round(self.elapsed_s + elapsed_s, 4)
 
 
 class Turn(BaseModel):
@@ -228,7 +224,12 @@ class Session:
         self.trace_path = Path(trace_path) if trace_path else rlm.trace_path or (
             rlm.trace_dir / f"session-{self.id}.jsonl" if rlm.trace_dir else None)
         self.history: list[Turn] = []
-        self.spent = SessionSpend()
+        self.questions = 0
+        # the session's limits: cost, tokens and sub-calls in a parent ledger that every
+        # question's ledger reserves and settles in too; seconds in an allowance
+        self._ledger = Ledger(Budget.model_validate(
+            {k: v for k, v in self.limits.items() if k != "max_seconds"}))
+        self._clock = Allowance(self.limits.get("max_seconds"))
         self.closed_reason: str | None = None
         self._kept = _KeptSandbox(rlm._make_sandbox)
         self._runner: _Runner | None = None
@@ -241,6 +242,13 @@ class Session:
         self.last_used = time.monotonic()
 
     # ------------------------------------------------------------ state
+    @property
+    def spent(self) -> SessionSpend:
+        """The questions' spend so far (a cancelled question's included)."""
+        led = self._ledger
+        return SessionSpend(questions=self.questions, cost_usd=led.cost_usd, tokens=led.tokens,
+                            subcalls=led.subcalls, elapsed_s=round(self._clock.used, 4))
+
     @property
     def closed(self) -> bool:
         return self.closed_reason is not None
@@ -377,42 +385,26 @@ class Session:
                         limits: dict[str, Any]) -> Result:
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query must be a non-empty string")
-        per_q = {**limits, **self._remaining(limits)}
-        q = copy.copy(self.rlm)
-        root_next = [True]
-
-        def make_sandbox() -> Sandbox:
-            # the question's own run gets the kept sandbox; its children fresh ones
-            if root_next:
-                root_next.clear()
-                return self._kept   # type: ignore[return-value]
-            return self.rlm._make_sandbox()
-        q.sandbox = make_sandbox
-        q.trace_path, q.trace_dir = self.trace_path, None
-        seen: dict[str, Any] = {}
-
-        def spend(ev: Event) -> None:
-            if ev.kind == "run" and ev.phase == "end" and ev.depth == 0:
-                seen.update(ev.data)
-        callback: Callable[[Event], Any] = spend
-        for extra in (self.rlm.on_event, on_event):
-            if extra is not None:
-                callback = _both(extra, callback)
-        q.on_event = callback
-        q.preface = self._preface()
+        unknown = set(limits) - set(Budget.model_fields)
+        if unknown:
+            raise TypeError(f"unknown limit(s): {', '.join(sorted(unknown))}")
+        from recursa.output import OutputSpec
+        from recursa.rlm import RunScope
+        spec = OutputSpec.of(output) if output is not None else None
+        # each question's budget is capped by what is left (the plan and combinators check
+        # their bounds against it); the parent ledger and the allowance count the spend
+        budget = Budget.model_validate({**self.rlm.budget.model_dump(), **limits,
+                                        **self._remaining(limits)})
         self._kept.preamble = self._preamble()
-        kwargs = {"output": output} if output is not None else {}
+        scope = RunScope(sandbox=self._kept, trace_path=self.trace_path,  # type: ignore[arg-type]
+                         on_event=on_event, preface=self._preface(), ledger=self._ledger,
+                         allowance=self._clock)
         try:
-            res = await q.acompletion(query, self.context, **kwargs, **per_q)
-        except BaseException:              # cancelled or failed: count what the trace saw
-            if seen:
-                self.spent.add(cost_usd=seen.get("cost_usd"), tokens=int(seen.get("tokens") or 0),
-                               subcalls=int(seen.get("subcalls") or 0),
-                               elapsed_s=float(seen.get("elapsed_s") or 0.0))
+            res = await self.rlm.arun(query, self.context, budget, output=spec, scope=scope)
+        except asyncio.CancelledError:     # its spend is in the session's ledger already
+            self.questions += 1
             raise
-        self.spent.add(cost_usd=res.cost_usd,
-                       tokens=sum(u.usage.total_tokens for u in res.usage.values()),
-                       subcalls=res.subcalls, elapsed_s=res.elapsed_s)
+        self.questions += 1
         self.history.append(Turn(query=query, answer=res.answer, status=res.status,
                                  run_id=res.run_id, cost_usd=res.cost_usd))
         return res
@@ -421,13 +413,13 @@ class Session:
         """This question's share of the session limits: what is left (or less, if asked)."""
         out: dict[str, Any] = {}
         s = self.spent
+        if "max_cost_usd" in self.limits and s.cost_usd is None:
+            raise BudgetExceeded("max_cost_usd", "the session's max_cost_usd cannot be checked: "
+                                                 "an earlier question's cost is unknown")
         for name, cap in self.limits.items():
             if name == "max_cost_usd":
-                if s.cost_usd is None:
-                    raise BudgetExceeded(name, "the session's max_cost_usd cannot be checked: "
-                                               "an earlier question's cost is unknown")
-                left: float = cap - s.cost_usd
-                spent_s = f"${s.cost_usd:.4f} of ${cap}"
+                left: float = cap - (s.cost_usd or 0.0)
+                spent_s = f"${s.cost_usd or 0.0:.4f} of ${cap}"
             elif name == "max_tokens":
                 left, spent_s = cap - s.tokens, f"{s.tokens:,} of {cap:,} tokens"
             elif name == "max_subcalls":
@@ -537,14 +529,3 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 def _clip(text: str, n: int = SUMMARY_CHARS) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def _both(a: Callable[[Event], Any], b: Callable[[Event], Any]) -> Callable[[Event], Any]:
-    """Both callbacks; a failing `a` (a user's) never keeps `b` (the spend) from its event."""
-    def call(ev: Event) -> None:
-        b(ev)
-        try:
-            a(ev)
-        except Exception:
-            pass
-    return call

@@ -11,8 +11,8 @@ a reused pid is told from the owner; `scope` is a short hash of the boot id and 
 namespace, so a pid is only ever judged by a process that sees the same pids (a container
 sharing /tmp, another machine on a shared file system, or a previous boot: never swept).
 
-The first `owned_tempdir` call of a process starts `sweep_stale` in a background thread (once
-per process and directory): it removes the directories in the temp dir whose name matches the
+The first `owned_tempdir` call of a process (or `recursa.background.start()`) starts `sweep_stale`
+in a background thread (once per process and directory; `recursa.background.shutdown()` stops it): it removes the directories in the temp dir whose name matches the
 pattern exactly, whose scope is ours, that are real directories (not symlinks) owned by us (or,
 as root, by a worker's uid), and whose owner pid is dead or now belongs to another process
 (start time differs). Nothing a live process uses is touched. It is bounded in time, never
@@ -32,6 +32,8 @@ import tempfile
 import threading
 import time
 
+from recursa.background import BACKGROUND, WATCHERS
+
 log = logging.getLogger("recursa.tempdirs")
 
 # The uids workers drop to when the host runs as root (LocalSandbox; one per live worker, see
@@ -50,6 +52,8 @@ _UNKNOWN = "00000000"
 
 _lock = threading.Lock()
 _swept: set[tuple[int, str]] = set()      # (pid, directory) already swept (or being swept)
+_threads: list[threading.Thread] = []     # sweeps running now
+_stop = threading.Event()                 # set by shutdown: sweeps end at the next entry
 _ident: tuple[int, str, str] | None = None   # (pid, starttime, scope) of this process
 
 
@@ -118,11 +122,13 @@ def start_sweep(directory: str | None = None) -> threading.Thread | None:
         directory = os.path.realpath(directory or tempfile.gettempdir())
         key = (os.getpid(), directory)
         with _lock:
-            if key in _swept:
+            if key in _swept or BACKGROUND.exiting:
                 return None
             _swept.add(key)
-        t = threading.Thread(target=sweep_stale, args=(directory,), name="recursa-tmp-sweep",
-                             daemon=True)
+            BACKGROUND.attach(_SWEEPS, WATCHERS)
+            t = threading.Thread(target=sweep_stale, args=(directory,), name="recursa-tmp-sweep",
+                                 daemon=True)
+            _threads[:] = [x for x in _threads if x.is_alive()] + [t]
         t.start()
         return t
     except Exception:   # never let housekeeping break a run
@@ -143,7 +149,7 @@ def sweep_stale(directory: str | None = None, *, time_limit: float = 30.0) -> li
         with os.scandir(directory) as it:
             candidates = [e for e in it if _NAME.match(e.name)]
         for entry in candidates:
-            if time.monotonic() > deadline:
+            if time.monotonic() > deadline or _stop.is_set():
                 break
             try:
                 if _stale(entry, scope):
@@ -200,3 +206,26 @@ def _rmtree(path: str) -> None:
 
     if stat.S_ISDIR(os.lstat(path).st_mode):
         shutil.rmtree(path, onerror=onerror)
+
+
+class _Sweeps:
+    """The sweeps as a part of recursa.background."""
+
+    def shutdown(self) -> None:
+        with _lock:
+            threads = list(_threads)
+            _stop.set()
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(5)
+        with _lock:
+            _threads.clear()
+            _stop.clear()
+
+    def after_fork_in_child(self) -> None:
+        global _lock
+        _lock = threading.Lock()
+        _threads.clear()
+
+
+_SWEEPS = _Sweeps()

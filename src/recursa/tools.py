@@ -14,7 +14,7 @@ up to `max_turns` turns, then it is asked once more, without tools, for its answ
 (and so the root model) gets only that final answer; tool output stays inside the loop and the
 trace (`tool` events under the sub-call).
 
-Two wire formats. A client that sets `supports_tools = True` gets OpenAI-style `tools=` and is
+Two wire formats. A client that declares `capabilities.tools` gets OpenAI-style `tools=` and is
 expected to return tool calls in `Completion.raw` (choices[0].message.tool_calls). Every other
 client — the local 0.5B model, replay scripts — uses a text protocol: the model replies with
 <tool_call>{"name": ..., "arguments": ...}</tool_call> (a ```tool fenced block is accepted too).
@@ -352,7 +352,7 @@ async def run_tool_loop(dispatcher: ModelCaller, client: ModelClient, messages: 
     calls are traced as `tool` spans under `parent` (the sub-call's event), and only the final
     text is returned. Raises what call_model raises (ModelError / BudgetExceeded)."""
     options = dict(options or {})
-    native = bool(getattr(client, "supports_tools", False))
+    native = client.capabilities.tools
     convo = [dict(m) for m in messages]
     if not native:   # the text protocol lives in a system message the REPL never sees
         proto = toolset.protocol_prompt()

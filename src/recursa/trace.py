@@ -382,6 +382,10 @@ class Run:
         t.wall_s = node.duration or 0.0
         return t
 
+    def _repr_html_(self) -> str:     # Jupyter: the run's summary and its viewer inline
+        from recursa.notebook import run_html
+        return run_html(self)
+
     def search(self, text: str) -> list[TraceNode]:
         """Nodes whose text fields (query, model text, code, output, prompt, answer, ...) contain
         `text`, case-insensitively."""

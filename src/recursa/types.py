@@ -5,8 +5,9 @@ Every other module codes against these names; keep them small and stable.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field, computed_field, model_validator
 
@@ -75,25 +76,92 @@ class Completion(BaseModel):
     raw: Any = Field(default=None, exclude=True, repr=False)
 
 
+class Pricing(NamedTuple):
+    """How a client's calls are priced: declared by the client, priced by one owner
+    (`recursa.models.pricing`: `estimate` before a call, `charge` after it, `status` for
+    preflight). Nothing declared means "no known price": a cost limit then refuses to start.
+
+    `model`: the name the price table knows the model by (with `overrides`, the prices given to
+    this client, winning); `per_call`: a flat USD per call whatever its size (0.0: free);
+    `estimate`: the client's own worst case `(input_tokens, output_tokens) -> USD | None`;
+    `reported`: the provider reports what each call cost (`Completion.cost_usd`), so a run can
+    keep a cost limit without a table price; `cache_writes`: prompt caching may bill input at
+    the cache-write rate, which a worst case must assume."""
+
+    model: str | None = None
+    overrides: Mapping[str, Any] | None = None
+    per_call: float | None = None
+    estimate: Callable[[int, int], float | None] | None = None
+    reported: bool = False
+    cache_writes: bool = False
+
+
+class Capabilities(NamedTuple):
+    """What a model client can do, declared by the client (`ModelClient.capabilities`), so
+    recursa reads a declaration instead of probing the client for methods and attributes.
+
+    `context_window`: tokens it reads at once (None: unknown; recursa assumes a large window).
+    `max_output_tokens`: its reply cap when a call sets none. `streaming`: it has
+    `astream(messages, on_delta, **options)` (see recursa.models.streaming). `tools`: it takes
+    OpenAI-style `tools=[...]` and returns the calls in `Completion.raw` (else tools go by the
+    text protocol of recursa.tools). `images`: it takes image parts in messages. `structured`:
+    how a reply is constrained to a JSON schema ("json_schema": llama.cpp's option;
+    "response_format": OpenAI's), None: not at all. `pricing`: see Pricing. `identity`: what
+    names the model behind the client for the response cache (never a key); empty: its name.
+
+    Pricing and Capabilities are NamedTuples, not dataclasses: a dataclass generates its
+    methods when its module is imported, ~10x the cost (they are on every run's import path);
+    change one with `caps._replace(streaming=False)`."""
+
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    streaming: bool = False
+    tools: bool = False
+    images: bool = False
+    structured: Literal["json_schema", "response_format"] | None = None
+    pricing: Pricing = Pricing()
+    identity: Mapping[str, Any] = MappingProxyType({})
+
+
+def model_identity(name: str, model: str = "", base_url: str | None = None,
+                   defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The cache identity recursa's own clients declare (response-cache keys depend on it:
+    keep its shape)."""
+    return {"name": name, "model": model, "base_url": base_url, "defaults": dict(defaults or {})}
+
+
 @runtime_checkable
 class ModelClient(Protocol):
     """One model behind one protocol family. `name` is the spec string, e.g. 'openai:gpt-5-mini'.
 
     `complete` raises ModelError (after its own retries) and never returns empty text.
     Options understood by every client: max_tokens, temperature, stop, timeout.
+    `capabilities` declares the rest (window, streaming, tools, images, prices, cache
+    identity); a client that declares `streaming` is a StreamingModelClient too.
     """
 
     name: str
+
+    @property
+    def capabilities(self) -> Capabilities: ...
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion: ...
 
     async def aclose(self) -> None: ...
 
 
-def context_window(client: Any) -> int | None:
-    """A client's window in tokens when it knows it (a local model's `n_ctx`), else None."""
-    w = getattr(client, "context_window", None) or getattr(client, "n_ctx", None)
-    return int(w) if w else None
+@runtime_checkable
+class StreamingModelClient(ModelClient, Protocol):
+    """A client declaring `capabilities.streaming`: `astream` returns what `complete` would and
+    sends the reply's text to `on_delta(piece, offset)` as it arrives."""
+
+    async def astream(self, messages: list[Message], on_delta: Callable[[str, int], None],
+                      **options: Any) -> Completion: ...
+
+
+def context_window(client: ModelClient) -> int | None:
+    """A client's window in tokens when it declares one, else None."""
+    return client.capabilities.context_window
 
 
 # ---------------------------------------------------------------- sandbox
@@ -286,3 +354,7 @@ class Result(BaseModel):
 
     def __str__(self) -> str:
         return self.answer
+
+    def _repr_html_(self) -> str:     # Jupyter: answer, status, spend and the viewer inline
+        from recursa.notebook import result_html
+        return result_html(self)

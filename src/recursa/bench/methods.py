@@ -18,18 +18,14 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from recursa.budget import Budget, Ledger
-from recursa.dispatch import Dispatcher
-from recursa.recorder import RunRecorder, result_from, tree_totals
+from recursa.budget import Budget
+from recursa.plainrun import PlainRun
 from recursa.retrieval import BM25Index
-from recursa.trace import JsonlSink, Tracer, new_id
 from recursa.types import (
-    AnswerSource,
     BudgetExceeded,
     CallHandler,
     Cell,
@@ -38,7 +34,6 @@ from recursa.types import (
     ModelError,
     Result,
     Sandbox,
-    Status,
     context_window,
 )
 
@@ -219,53 +214,13 @@ def model_window(client: ModelClient, override: int | None = None) -> int | None
     return override or context_window(client)
 
 
-class _Run:
-    """Ledger + tracer + dispatcher for the methods that call models directly (direct,
-    compaction), so their spend, limits and trace match an RLM run's."""
-
-    def __init__(self, cfg: MethodConfig, client: ModelClient, query: str,
-                 trace_path: str | None):
-        self.budget = Budget.model_validate(cfg.limits)
-        self.ledger = Ledger(self.budget)
-        sinks: list[Any] = [JsonlSink(trace_path)] if trace_path else []
-        self.tracer = Tracer(sinks, new_id())
-        self.trace_path = trace_path
-        self.client = client
-        self.options = {"max_tokens": DEFAULT_ANSWER_TOKENS, **cfg.model_options}
-        self.dispatcher = Dispatcher(ledger=self.ledger, tracer=self.tracer, sub_client=client,
-                                     clients={}, concurrency=1, max_depth=0)
-        self.t0 = time.monotonic()
-        self.turns = 0
-        self.rec = RunRecorder(self.tracer)
-        self.rec.start(query=query, model=client.name, method=cfg.label,
-                       budget=self.budget.model_dump())
-
-    async def ask(self, prompt: str, *, step: str, max_tokens: int | None = None,
-                  force: bool = False) -> str:
-        opts = dict(self.options)
-        if max_tokens:
-            opts["max_tokens"] = max_tokens
-        turn = self.rec.turn(turn=self.turns + 1, step=step)
-        try:
-            comp = await self.dispatcher.call_model(
-                self.client, [{"role": "user", "content": prompt}], role="root",
-                subcall=False, options=opts, force=force)
-        except Exception as e:
-            turn.fail(str(e))
-            raise
-        self.turns += 1
-        turn.end(comp, prompt_chars=len(prompt))
-        return comp.text
-
-    def finish(self, answer: str, status: Status, *, error: str | None = None,
-               limit: str | None = None, source: AnswerSource | None = None) -> Result:
-        res = result_from(self.ledger, self.tracer, answer=answer, status=status,
-                          ready=status == "final", answer_source=source, turns=self.turns,
-                          elapsed_s=round(time.monotonic() - self.t0, 4), error=error,
-                          limit=limit, trace_path=self.trace_path)
-        self.rec.finish(res, totals=tree_totals(self.ledger, res))
-        self.tracer.close()
-        return res
+def _plain(cfg: MethodConfig, client: ModelClient, query: str,
+           trace_path: str | None) -> PlainRun:
+    """The run of a method that calls the model directly (direct, compaction)."""
+    return PlainRun(client, query, budget=Budget.model_validate(cfg.limits),
+                    trace_path=trace_path,
+                    options={"max_tokens": DEFAULT_ANSWER_TOKENS, **cfg.model_options},
+                    method=cfg.label)
 
 
 # ---------------------------------------------------------------- direct
@@ -274,7 +229,7 @@ DIRECT_PROMPT = "{context}\n\n---\n\nAnswer the question about the text above.\n
 
 async def run_direct(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
     root, sub = _make_clients(cfg)
-    run = _Run(cfg, root, inst.query, trace_path)
+    run = _plain(cfg, root, inst.query, trace_path)
     try:
         text = context_text(inst.context)
         out_tokens = int(run.options.get("max_tokens") or DEFAULT_ANSWER_TOKENS)
@@ -333,7 +288,7 @@ Using the notes, answer the question.
 
 async def run_compaction(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
     root, sub = _make_clients(cfg)
-    run = _Run(cfg, root, inst.query, trace_path)
+    run = _plain(cfg, root, inst.query, trace_path)
     notes = "(none yet)"
     try:
         chunks = split_chunks(context_text(inst.context), cfg.chunk_tokens * CHARS_PER_TOKEN)

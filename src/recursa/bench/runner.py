@@ -5,10 +5,10 @@ Two pieces, split so another executor (Ray) can slot in:
 - `run_instance(spec) -> row` is a plain top-level function of a JSON-serialisable dict: it
   generates the instance, runs the method, scores it, and always returns a row (a crash inside a
   method is a row with status `error`). `arun_instance` is its async twin.
-- An executor maps specs to rows and hands each row to `on_row` in the driver process, which
-  appends it to the results file (flush + fsync per row). `AsyncioExecutor` runs `concurrency`
-  instances at a time on one event loop. A Ray executor would call `ray.remote(run_instance)`
-  and feed `ray.wait` results to the same `on_row`.
+- An executor (recursa.batch.executors, shared with `recursa batch`) maps specs to rows and
+  hands each row to `on_row` in the driver process, which appends it to the results file
+  (recursa.batch.rowfile: flush + fsync per row). `AsyncioExecutor` runs `concurrency`
+  instances at a time on one event loop; `RayExecutor` (bench.executors) one Ray task each.
 
 Resume: rows are keyed by task/length/seed/method/model; a run skips keys already in the file.
 A torn last line (the process was killed mid-write) is cut off when the file is reopened.
@@ -19,18 +19,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import platform
 import re
 import subprocess
-import threading
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from recursa.privatefiles import open_private, private_dir
+# the executor seam and the results file are shared with `recursa batch`; imported here under
+# their old names (envs, ablation and user code import them from this module)
+from recursa.batch.executors import AsyncioExecutor as _AsyncioExecutor
+from recursa.batch.executors import Executor, OnRow  # noqa: F401
+from recursa.batch.rowfile import ResultsFile
 from recursa.types import Result
 
 from .methods import MethodConfig, run_method
@@ -204,60 +206,6 @@ def run_instance(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- results file
-class ResultsFile:
-    """Append-only JSONL of rows: fsync per row, torn tail repaired on open, last row per key
-    wins."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        private_dir(self.path.parent)
-        self.rows: dict[str, dict[str, Any]] = {}
-        self.skipped_lines = 0
-        self._repair_and_load()
-        # rows carry answers and errors (which may quote the context): owner-only
-        self._f = open_private(self.path, "a")
-        self._lock = threading.Lock()
-
-    def _repair_and_load(self) -> None:
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            # killed mid-write: drop the partial line so the next row starts on a fresh line
-            cut = data.rfind(b"\n") + 1
-            with open(self.path, "r+b") as f:
-                f.truncate(cut)
-            data = data[:cut]
-            self.skipped_lines += 1
-        for line in data.decode("utf-8", errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                self.skipped_lines += 1
-                continue
-            if isinstance(row, dict) and "key" in row:
-                self.rows[row["key"]] = row
-
-    def done(self, retry_errors: bool = False) -> set[str]:
-        return {k for k, r in self.rows.items()
-                if not (retry_errors and r.get("status") == "error")}
-
-    def append(self, row: dict[str, Any]) -> None:
-        line = json.dumps(row, default=str, ensure_ascii=False) + "\n"
-        with self._lock:
-            self._f.write(line)
-            self._f.flush()
-            os.fsync(self._f.fileno())
-            self.rows[row["key"]] = row
-
-    def close(self) -> None:
-        with self._lock:
-            if not self._f.closed:
-                self._f.close()
-
-
 def load_rows(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a results file or of every *.jsonl directly in a directory (last per key)."""
     p = Path(path)
@@ -275,37 +223,13 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 # ---------------------------------------------------------------- executors
-OnRow = Callable[[dict[str, Any]], None]
-
-
-class Executor(Protocol):
-    """Runs specs, calling `on_row(row)` in the calling process as each one finishes."""
-
-    def run(self, specs: list[dict[str, Any]], on_row: OnRow) -> None: ...
-
-
-class AsyncioExecutor:
+class AsyncioExecutor(_AsyncioExecutor):
     """`concurrency` instances at a time on one event loop in this process."""
 
     def __init__(self, concurrency: int = 4,
                  afn: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None):
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        self.concurrency = concurrency
-        self.afn = afn or arun_instance     # spec -> row; the ablation runner passes its own
-
-    def run(self, specs: list[dict[str, Any]], on_row: OnRow) -> None:
-        asyncio.run(self.arun(specs, on_row))
-
-    async def arun(self, specs: list[dict[str, Any]], on_row: OnRow) -> None:
-        sem = asyncio.Semaphore(self.concurrency)
-
-        async def one(spec: dict[str, Any]) -> None:
-            async with sem:
-                row = await self.afn(spec)
-            on_row(row)
-
-        await asyncio.gather(*(one(s) for s in specs))
+        # spec -> row; the ablation runner passes its own
+        super().__init__(concurrency, afn or arun_instance)
 
 
 # ---------------------------------------------------------------- the run
@@ -359,3 +283,4 @@ def run_bench(specs: list[dict[str, Any]], out_dir: str | Path, *,
             bar.stop()
         results.close()
     return summary
+

@@ -27,13 +27,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from recursa.bench.runner import AsyncioExecutor
-from recursa.budget import Budget, Ledger
-from recursa.dispatch import Dispatcher, Node
+from recursa.dispatch import Node
 from recursa.envs.base import ENVS, Env, check_variant, get_env
+from recursa.plainrun import PlainRun
 from recursa.privatefiles import open_private
-from recursa.recorder import RunRecorder, result_from
 from recursa.tools import ToolSet, run_tool_loop
-from recursa.trace import JsonlSink, Tracer, new_id
+from recursa.trace import new_id
 from recursa.types import Event, ModelClient, RecursaError, Status
 
 
@@ -170,42 +169,37 @@ async def _llm_rollout(env: Env, inst: Any, ro: Rollout, *, model: str | ModelCl
         if isinstance(model, str) else model
     run_id = new_id()
     path = Path(trace_dir) / f"run-{run_id}.jsonl" if trace_dir else None
-    tracer = Tracer([JsonlSink(path)] if path else [], run_id)
-    ledger = Ledger(Budget())
-    disp = Dispatcher(ledger=ledger, tracer=tracer, sub_client=client, clients={})
     messages = env.llm_messages(inst)
-    rec = RunRecorder(tracer)
-    rec.start(query=inst.query, model=client.name, variant="llm")
-    rec.note(system=messages[0]["content"], first_user=messages[1]["content"])
-    turn = rec.turn(turn=1)
+    run = PlainRun(client, inst.query, trace_path=str(path) if path else None, run_id=run_id,
+                   options=options, variant="llm")
+    run.rec.note(system=messages[0]["content"], first_user=messages[1]["content"])
     status: Status = "final"
     err, tool_calls = None, 0
-    t0 = time.monotonic()
     try:
         tools = env.tools(inst)
-        if tools:
-            ts = ToolSet.of(tools)
-            loop = await run_tool_loop(disp, client, messages, ts,
-                                       node=Node(depth=0, parent=turn.id, role="root"),
-                                       parent=turn.id, role="root", options=options,
-                                       first_is_subcall=False)
-            comp, tool_calls = loop.completion, loop.tool_calls
+        if tools:      # the tool loop makes the turn's calls itself
+            turn = run.turn()
+            try:
+                loop = await run_tool_loop(run.dispatcher, client, messages, ToolSet.of(tools),
+                                           node=Node(depth=0, parent=turn.id, role="root"),
+                                           parent=turn.id, role="root", options=options,
+                                           first_is_subcall=False)
+            except RecursaError as e:
+                turn.fail(f"{type(e).__name__}: {e}")
+                raise
+            text, tool_calls = loop.completion.text, loop.tool_calls
+            run.turns += 1
+            turn.end(loop.completion, tool_calls=tool_calls)
         else:
-            comp = await disp.call_model(client, messages, role="root", subcall=False,
-                                         options=options)
-        text = comp.text
-        turn.end(comp, tool_calls=tool_calls)
+            text = await run.ask(messages, step="answer")
     except RecursaError as e:
         text, status, err = "", "error", f"{type(e).__name__}: {e}"
-        turn.fail(err)
     finally:
         if owned:
             await client.aclose()
-    res = result_from(ledger, tracer, answer=text, status=status, ready=status == "final",
-                      turns=1, elapsed_s=round(time.monotonic() - t0, 4), error=err)
-    rec.finish(res, totals=dict(tokens=ledger.tokens, subcalls=0))
-    tracer.close()
-    u = ledger.by_role.get("root")
+    run.turns = 1
+    run.finish(text, status, error=err, totals=dict(tokens=run.ledger.tokens, subcalls=0))
+    u = run.ledger.by_role.get("root")
     ro.answer, ro.status, ro.turns, ro.error, ro.tool_calls = text, status, 1, err, tool_calls
     if u:
         ro.root_input_tokens, ro.root_output_tokens = u.usage.input_tokens, u.usage.output_tokens

@@ -9,8 +9,10 @@ Written against the classic verifiers API — `vf.MultiTurnEnv` / `vf.Rubric` / 
 (aliased back to the top level). verifiers 0.4 removed it; `verifiers_v1` is the adapter there.
 
 The policy is the root model. Each root turn is one trajectory step; the environment's response
-is the REPL's output for the code in that turn (or, in the `llm` variant of a tool environment,
-the tool results). Sub-model calls made by that code go to `sub_model` (a recursa spec or
+is what recursa's own loop (`recursa.loop.Run`, the step machine every front end drives) makes
+of the policy's reply: the REPL's output for its code, with the loop's guards, answer rules and
+last-answer turn (or, in the `llm` variant of a tool environment, the tool results). verifiers
+owns the conversation and the policy's calls; the step machine owns the rules. Sub-model calls made by that code go to `sub_model` (a recursa spec or
 client) or, when it is None, to the policy itself through the rollout's client; each is recorded
 in `extras["sub_calls"]` of the trajectory step whose code made it (its parent turn), with its
 prompt, response, usage and tool-call count, so a trainer can credit or train on them.
@@ -18,7 +20,6 @@ prompt, response, usage and tool-call count, so a trainer can credit or train on
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -38,12 +39,22 @@ except ImportError as e:   # the extra is optional: say how to get it
 from recursa import context as ctx
 from recursa import prompts
 from recursa.budget import Budget, Ledger
-from recursa.dispatch import Dispatcher, Node
 from recursa.envs.base import Env, check_variant, get_env
-from recursa.parse import code_blocks, format_cell
+from recursa.loop import Ask, Run, RunEnv, first_messages
 from recursa.tools import ToolSet, call_tool, parse_text_calls
 from recursa.trace import CallbackSink, Tracer
-from recursa.types import Completion, Event, Message, ModelClient, ModelError, Usage
+from recursa.types import (
+    Capabilities,
+    Completion,
+    Event,
+    Message,
+    ModelClient,
+    ModelError,
+    Result,
+    Usage,
+)
+
+MAX_ROOT_TURNS = 10_000    # verifiers' max_turns bounds the turns, not the loop's budget
 
 
 # ==================================================================== clients
@@ -121,6 +132,8 @@ class PolicyClient:
         self.client, self.model = client, model
         self.name = f"policy:{model}"
         self.sampling_args = dict(sampling_args or {})
+        # the trainer's policy: no price, window or streaming recursa could rely on
+        self.capabilities = Capabilities()
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
         t0 = time.perf_counter()
@@ -152,13 +165,10 @@ class _Run:
     """Host-side objects of one rollout (kept out of `state`, which must stay serialisable)."""
 
     def __init__(self) -> None:
-        self.sandbox: Any = None
-        self.workdir: Path | None = None
-        self.dispatcher: Dispatcher | None = None
-        self.node: Node | None = None
+        self.machine: Run | None = None       # the loop's step machine for this rollout
+        self.tracer: Tracer | None = None
         self.events: list[Event] = []
         self.tools: ToolSet | None = None
-        self.errors = 0
 
 
 class RecursaEnv(vf.MultiTurnEnv):  # type: ignore[misc]
@@ -189,33 +199,42 @@ class RecursaEnv(vf.MultiTurnEnv):  # type: ignore[misc]
         run.tools = ToolSet.of(tools) if tools else None
         if self.variant == "llm":
             return
+        policy = PolicyClient(state["client"], state["model"], state.get("sampling_args"))
         if self.sub_model is None:
-            sub: ModelClient = PolicyClient(state["client"], state["model"],
-                                            state.get("sampling_args"))
+            sub: ModelClient = policy
         elif isinstance(self.sub_model, str):
             from recursa.models import make_client
             sub = make_client(self.sub_model)
         else:
             sub = self.sub_model
-        tracer = Tracer([CallbackSink(run.events.append)])
-        run.dispatcher = Dispatcher(ledger=Ledger(Budget()), tracer=tracer, sub_client=sub,
-                                    clients={}, tools=run.tools)
-        run.workdir = Path(tempfile.mkdtemp(prefix="recursa-vf-"))
-        prep = ctx.prepare(self.env.rlm_context(inst), run.workdir)
+        run.tracer = Tracer([CallbackSink(run.events.append)])
+        # rlm_query stays a plain sub-call here (depth 0), as verifiers trains the root only
+        budget = Budget(max_iterations=MAX_ROOT_TURNS, max_depth=0,
+                        cell_timeout=self.cell_timeout,
+                        max_consecutive_errors=self.max_consecutive_errors)
         from recursa.sandbox import make_sandbox
-        run.sandbox = make_sandbox(self.sandbox_kind)
-        run.node = Node(depth=0, parent="turn-0")
-        await run.sandbox.start(prep.payload, run.dispatcher.handler(run.node))
+        kind = self.sandbox_kind
+        env = RunEnv(budget=budget, ledger=Ledger(budget), tracer=run.tracer,
+                     root_client=policy, sub_client=sub, tools=run.tools,
+                     make_sandbox=lambda: make_sandbox(kind),
+                     max_output_chars=self.max_output_chars, tips=self.env.tips_for(self.variant),
+                     tool_names=run.tools.names if run.tools else None)
+        run.machine = Run(env, self.env.rlm_query(inst))
+        first = await run.machine.start(self.env.rlm_context(inst))
+        if not isinstance(first, Ask):     # the run ended before its first turn
+            raise vf.Error(f"the recursa run could not start: {first.error}")
 
     @vf.cleanup
     async def close_run(self, state: Any) -> None:
         run = self._runs.pop(state["trajectory_id"], None)
         if run is None:
             return
-        if run.sandbox is not None:
-            await run.sandbox.close()
-        if run.workdir is not None:
-            shutil.rmtree(run.workdir, ignore_errors=True)
+        if run.machine is not None:
+            res = await run.machine.close()     # a rollout cut by max_turns ends here
+            if not state["recursa"]["answer"]:
+                state["recursa"]["answer"] = res.answer
+        if run.tracer is not None:
+            run.tracer.close()
 
     # ---------------------------------------------------------------- one environment turn
     async def env_response(self, messages: Any, state: Any, **kwargs: Any) -> Any:
@@ -243,22 +262,13 @@ class RecursaEnv(vf.MultiTurnEnv):  # type: ignore[misc]
         return out
 
     async def _repl_response(self, run: _Run, text: str, state: Any) -> Any:
-        assert run.sandbox is not None and run.node is not None
-        turn = len(state["trajectory"])
-        run.node.parent = f"turn-{turn}"
+        """The policy's reply is one step of recursa's loop; what the loop sends next is the
+        environment's response (the run's end: the last outputs, and verifiers stops)."""
+        machine = run.machine
+        assert machine is not None
         start = len(run.events)
-        blocks = code_blocks(text)
-        outputs, failed, final = [], 0, None
-        for i, code in enumerate(blocks):
-            cell = await run.sandbox.run(code, timeout=self.cell_timeout,
-                                         max_output_chars=self.max_output_chars)
-            shown = format_cell(cell, self.max_output_chars // len(blocks))
-            failed += cell.error is not None
-            state["recursa"]["answer"] = str(cell.answer.get("content") or "")
-            outputs.append(shown if len(blocks) == 1 else f"[block {i + 1}]\n{shown}")
-            if cell.final is not None:
-                final = cell.final
-                break
+        last = machine.asked is not None and machine.asked.last   # the last-answer turn's reply
+        step = await machine.step(Completion(text=text, model=str(state.get("model") or "")))
         subs = self._sub_calls(run.events[start:])
         if state["trajectory"]:
             state["trajectory"][-1]["extras"]["sub_calls"] = subs   # the parent turn's
@@ -267,17 +277,15 @@ class RecursaEnv(vf.MultiTurnEnv):  # type: ignore[misc]
         r["tool_calls"] += sum(s.get("tool_calls") or 0 for s in subs)
         r["sub_input_tokens"] += sum(s["usage"].get("input_tokens", 0) for s in subs)
         r["sub_output_tokens"] += sum(s["usage"].get("output_tokens", 0) for s in subs)
-        feedback = "\n\n".join(outputs) if blocks else prompts.NO_CODE
-        if final is not None:
-            r.update(answer=final, ready=True)
-            state["final_env_response"] = [vf.UserMessage(content=feedback)]
+        r["answer"] = str(machine.st.answer.get("content") or "")
+        if isinstance(step, Result):
+            r.update(answer=step.answer, ready=step.status == "final")
+            ran = not last and machine.st.last_turn == machine.st.turns and \
+                machine.st.last_code is not None
+            shown = machine.st.last_shown if ran else ""
+            state["final_env_response"] = [vf.UserMessage(content=shown)] if shown else []
             return state["final_env_response"]
-        run.errors = run.errors + 1 if (not blocks or failed == len(blocks)) else 0
-        if run.errors >= self.max_consecutive_errors:
-            state["final_env_response"] = [vf.UserMessage(content=feedback)]
-            return state["final_env_response"]
-        query = str(state["info"].get("query", ""))[:500]
-        return [vf.UserMessage(content=feedback + "\n\n" + prompts.CONTINUE.format(query=query))]
+        return [vf.UserMessage(content=step.feedback or prompts.NO_CODE)]
 
     @staticmethod
     def _sub_calls(events: list[Event]) -> list[dict[str, Any]]:
@@ -317,15 +325,11 @@ def _prompt(env: Env, variant: str, inst: Any, max_output_chars: int) -> list[Me
         return msgs
     with tempfile.TemporaryDirectory(prefix="recursa-vf-") as d:
         prep = ctx.prepare(env.rlm_context(inst), Path(d))
-    first = prep.description.splitlines()[0] if prep.description else ""
-    ctype = first.removeprefix("source: ").removeprefix("type: ")
     tools = env.tools(inst)
-    system = prompts.system_prompt(context_type=ctype, max_output_chars=max_output_chars,
-                                   tips=env.tips_for(variant),
-                                   tool_names=[t.__name__ for t in tools] or None)
-    return [{"role": "system", "content": system},
-            {"role": "user", "content": prompts.FIRST_USER.format(
-                query=env.rlm_query(inst), description=prep.description)}]
+    # the step machine of each rollout writes the same messages (RecursaEnv.setup_state)
+    return first_messages(env.rlm_query(inst), prep.description,
+                          max_output_chars=max_output_chars, tips=env.tips_for(variant),
+                          tool_names=ToolSet.of(tools).names if tools else None)
 
 
 def load_environment(env: str = "oolong", variant: str = "rlm", *, num_examples: int = 20,

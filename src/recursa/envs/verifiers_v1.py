@@ -42,7 +42,7 @@ except ImportError as e:   # the extra is optional: say how to get it
                        detail="verifiers>=0.4") from e
 
 from recursa.envs.base import check_variant, get_env
-from recursa.types import Completion, Message, ModelClient
+from recursa.types import Capabilities, Completion, Message, ModelClient
 
 PLUGIN_ID = "recursa-vf"     # the importable package verifiers resolves ids to (src/recursa_vf)
 
@@ -131,7 +131,10 @@ class _Tagged:
     def __init__(self, client: ModelClient, calls: _Calls, *, root: bool, native_tools: bool):
         self.client, self.calls, self.root = client, calls, root
         self.name = client.name
-        self.supports_tools = native_tools
+        # the policy client's declaration, without streaming (no astream here) and with
+        # native tools as the harness says
+        self.capabilities: Capabilities = client.capabilities._replace(streaming=False,
+                                                                       tools=native_tools)
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
         rid = f"{self.calls.prefix}-{'r' if self.root else 's'}{next(self.calls.ids)}"

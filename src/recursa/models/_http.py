@@ -1,10 +1,6 @@
-"""httpx for recursa's HTTP clients, imported without its command line (recursa.lean_imports):
-import it from here, not directly, wherever recursa may be the first to import httpx."""
+"""httpx for recursa's HTTP clients, as httpx has it (the `recursa` command imports it leaner
+first, in its own process: recursa.lean_imports)."""
 
-from recursa.lean_imports import import_httpx
-
-import_httpx()
-
-import httpx  # noqa: E402
+import httpx
 
 __all__ = ["httpx"]

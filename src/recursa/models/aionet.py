@@ -8,6 +8,11 @@ is wall time: measured side by side on 2 cores, 80 wide on new connections, 1.2 
 1.6 ms of CPU per request (docs/performance.md). HTTP itself (h11, pooling, keep-alive) is still httpcore's and httpx's;
 this module only moves bytes, and maps failures to httpcore's exceptions as its anyio backend
 does, so httpx reports them the same way.
+
+httpx takes no network backend, so `AsyncioTransport` is a transport of its own at httpx's
+public seam (`AsyncBaseTransport.handle_async_request`, passed as `transport=`): it hands each
+request to an httpcore pool on this backend and httpcore's exceptions back as httpx's, as
+httpx's own transport does. No private attribute of httpx or httpcore is touched.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import contextlib
 import select
 import socket
 import ssl
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import httpcore
@@ -133,15 +138,74 @@ class AsyncioBackend(httpcore.AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
-class AsyncioTransport(httpx.AsyncHTTPTransport):
-    """httpx's own transport (requests, responses, error mapping) over an httpcore pool that
-    uses `AsyncioBackend`. For direct connections only: proxies keep httpx's transports."""
+# httpcore's exceptions and httpx's for the same failure (httpx's public names on both sides)
+_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProxyError, httpx.ProxyError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)   # most specific first
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        for theirs, ours in _ERRORS:
+            if isinstance(exc, theirs):
+                raise ours(str(exc)) from exc   # httpx's client adds the request
+        raise
+
+
+class _Body(httpx.AsyncByteStream):
+    """A response body from httpcore, with httpcore's failures raised as httpx's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        with _as_httpx_errors():
+            async for part in self._stream:
+                yield part
+
+    async def aclose(self) -> None:
+        if hasattr(self._stream, "aclose"):
+            await self._stream.aclose()
+
+
+class AsyncioTransport(httpx.AsyncBaseTransport):
+    """An httpx transport over an httpcore pool that uses `AsyncioBackend`. For direct
+    connections only: proxies keep httpx's transports."""
 
     def __init__(self, *, ssl_context: ssl.SSLContext, limits: httpx.Limits,
                  uds: str | None = None) -> None:
-        super().__init__(verify=ssl_context, limits=limits, trust_env=False)
-        # httpx takes no network backend; its transport sends everything through `_pool`
-        self._pool = httpcore.AsyncConnectionPool(
+        self.pool = httpcore.AsyncConnectionPool(
             ssl_context=ssl_context, max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry, uds=uds, network_backend=AsyncioBackend())
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        req = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port,
+                             target=url.raw_path),
+            headers=request.headers.raw, content=request.stream, extensions=request.extensions)
+        with _as_httpx_errors():
+            resp = await self.pool.handle_async_request(req)
+        return httpx.Response(status_code=resp.status, headers=resp.headers,
+                              stream=_Body(resp.stream), extensions=resp.extensions)
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()

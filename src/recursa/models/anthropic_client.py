@@ -13,8 +13,8 @@ from typing import Any
 import anthropic
 
 from ..images import anthropic_content, has_images
-from ..types import Completion, Message, ModelError, Usage
-from .pricing import cost_usd
+from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
+from .pricing import charge
 from .retry import EmptyResponseError, HostedClientState, model_error_from_sdk, with_retries
 from .streaming import OnDelta, Pieces, StreamCut
 
@@ -136,6 +136,16 @@ class AnthropicClient(HostedClientState):
     def __repr__(self) -> str:
         return f"AnthropicClient({self.name!r}, base_url={self.base_url!r})"
 
+    _counters = frozenset({"cache_write_tokens"})
+
+    def _declare(self) -> Capabilities:
+        # with prompt caching on, input may be billed as cache writes (1.25x): the worst case
+        return Capabilities(
+            max_output_tokens=self.default_options.get("max_tokens"), streaming=self.stream,
+            images=True, pricing=Pricing(model=self.price_model, overrides=self.prices,
+                                         cache_writes=self.prompt_cache),
+            identity=model_identity(self.name, self.model, self.base_url, self.default_options))
+
     @property
     def _where(self) -> str:
         return f"model {self.model!r} at {self.base_url}"
@@ -233,20 +243,9 @@ class AnthropicClient(HostedClientState):
         usage = Usage(input_tokens=(u.input_tokens or 0) + read + write,
                       output_tokens=u.output_tokens or 0, cached_tokens=read)
         self.cache_write_tokens += write
-        cost = cost_usd(self.price_model, usage, cache_write_tokens=write, overrides=self.prices)
+        cost = charge(self.capabilities.pricing, usage, cache_write_tokens=write)
         return Completion(text=text, usage=usage, cost_usd=cost, model=resp.model or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)
-
-    def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
-        """Worst-case USD of a call, for budget reservations: with prompt caching on, input
-        may be billed as cache writes (1.25x), which the plain input price would undercount."""
-        from .pricing import price_for
-        p = price_for(self.price_model, self.prices)
-        if p is None:
-            return None
-        write = p.cache_write if p.cache_write is not None else p.input * 1.25
-        per_input = max(p.input, write) if self.prompt_cache else p.input
-        return (input_tokens * per_input + output_tokens * p.output) / 1_000_000
 
     async def aclose(self) -> None:
         await self._client.close()

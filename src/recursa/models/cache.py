@@ -33,7 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from ..privatefiles import private_dir, touch_private
-from ..types import Completion, Message, ModelClient, RecursaError, Usage
+from ..types import (
+    Capabilities,
+    Completion,
+    Message,
+    ModelClient,
+    RecursaError,
+    Usage,
+    model_identity,
+)
+from .declared import declared
 from .streaming import OnDelta, complete_streaming
 
 log = logging.getLogger("recursa.models")
@@ -98,14 +107,10 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(_canon(obj), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def client_identity(client: Any) -> dict[str, Any]:
-    """What names the model behind a client. A client may define `cache_identity()` itself."""
-    own = getattr(client, "cache_identity", None)
-    if callable(own):
-        return dict(own())
-    return {"name": client.name, "model": str(getattr(client, "model", "") or ""),
-            "base_url": getattr(client, "base_url", None),
-            "defaults": dict(getattr(client, "default_options", None) or {})}
+def client_identity(client: ModelClient) -> dict[str, Any]:
+    """What names the model behind a client: what it declares (`capabilities.identity`), else
+    its name."""
+    return dict(client.capabilities.identity) or model_identity(client.name)
 
 
 def request_key(identity: dict[str, Any], messages: list[Message], options: dict[str, Any]) -> str:
@@ -398,13 +403,14 @@ class CachedClient:
 
     def __init__(self, inner: ModelClient, store: ResponseCache, *,
                  nondeterministic: bool = False):
-        self.inner = inner
+        self.inner = inner = declared(inner)
         self.store = store
         self.nondeterministic = nondeterministic
         self.name = inner.name
         self.hits = self.misses = self.skipped = 0
         self._identity = client_identity(inner)
-        self._defaults = dict(getattr(inner, "default_options", None) or {})
+        # the client's own default options (temperature, seed) count as the request's
+        self._defaults = dict(self._identity.get("defaults") or {})
         self._warned = False
 
     def __getattr__(self, attr: str) -> Any:      # only called for what is not set above
@@ -414,6 +420,10 @@ class CachedClient:
 
     def __repr__(self) -> str:
         return f"CachedClient({self.inner!r}, {self.store!r})"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
 
     def key(self, messages: list[Message], options: dict[str, Any]) -> str | None:
         """The cache key of a request, or None when it is not to be cached."""

@@ -15,8 +15,8 @@ from typing import Any
 
 from ..extras import MissingExtra
 from ..images import gemini_parts, has_images
-from ..types import Completion, Message, ModelError, Usage
-from .pricing import cost_usd
+from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
+from .pricing import charge
 from .retry import (
     RETRYABLE_STATUSES,
     EmptyResponseError,
@@ -104,6 +104,12 @@ class GeminiClient(HostedClientState):
 
     def __repr__(self) -> str:
         return f"GeminiClient({self.name!r}, base_url={self.base_url!r})"
+
+    def _declare(self) -> Capabilities:
+        return Capabilities(
+            max_output_tokens=self.default_options.get("max_tokens"), streaming=self.stream,
+            images=True, pricing=Pricing(model=self.model, overrides=self.prices),
+            identity=model_identity(self.name, self.model, self.base_url, self.default_options))
 
     @property
     def _where(self) -> str:
@@ -228,7 +234,7 @@ class GeminiClient(HostedClientState):
             output_tokens=((u.candidates_token_count or 0) + (u.thoughts_token_count or 0))
             if u else 0,
             cached_tokens=(u.cached_content_token_count or 0) if u else 0)
-        cost = cost_usd(self.model, usage, overrides=self.prices) if u else None
+        cost = charge(self.capabilities.pricing, usage) if u else None
         return Completion(text=text, usage=usage, cost_usd=cost,
                           model=resp.model_version or self.model,
                           latency_s=time.perf_counter() - t0, raw=resp)

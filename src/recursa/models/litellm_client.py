@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..extras import MissingExtra
-from ..types import Completion, Message, ModelError, Usage
-from .pricing import cost_usd
+from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
+from .pricing import charge
 from .retry import EmptyResponseError, HostedClientState, model_error_from_sdk, with_retries
 from .streaming import OnDelta, Pieces, StreamCut
 
@@ -76,6 +76,14 @@ class LiteLLMClient(HostedClientState):
 
     def __repr__(self) -> str:  # never show the key
         return f"LiteLLMClient({self.name!r}, base_url={self.base_url!r})"
+
+    def _declare(self) -> Capabilities:
+        # priced by recursa's table when it knows the model; LiteLLM's own map prices the
+        # rest after the call (not declared `reported`: that map may not know the model)
+        return Capabilities(
+            max_output_tokens=self.default_options.get("max_tokens"), streaming=self.stream,
+            images=True, pricing=Pricing(model=self.model, overrides=self.prices),
+            identity=model_identity(self.name, self.model, self.base_url, self.default_options))
 
     @property
     def _where(self) -> str:
@@ -180,7 +188,7 @@ class LiteLLMClient(HostedClientState):
         cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
         usage = Usage(input_tokens=u.prompt_tokens or 0, output_tokens=u.completion_tokens or 0,
                       cached_tokens=cached)
-        cost = cost_usd(self.model, usage, overrides=self.prices)
+        cost = charge(self.capabilities.pricing, usage)
         if cost is None:
             try:   # LiteLLM's own price map; raises for models it does not know
                 cost = float(self._litellm.completion_cost(completion_response=resp))

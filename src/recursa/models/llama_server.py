@@ -20,7 +20,6 @@ does not read its whole history again.
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import ctypes
 import http.client
@@ -35,6 +34,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..background import BACKGROUND, SERVERS
 from ..types import ModelError
 
 _PR_SET_PDEATHSIG = 1
@@ -251,6 +251,7 @@ def get_server(config: ServerConfig, name: str = "local model") -> LlamaServer:
         if srv is not None:     # it died: the next run gets a fresh one
             srv.stop()
         srv = LlamaServer(config, name)
+        BACKGROUND.attach(_SERVERS, SERVERS)
         srv.start()
         with _lock:
             _servers[config] = srv
@@ -263,14 +264,29 @@ def forget(server: LlamaServer) -> None:
             del _servers[server.config]
 
 
-@atexit.register
 def stop_all() -> None:
-    """Stop every server this process started (also at exit)."""
+    """Stop every server this process started (also `recursa.background.shutdown()` and exit)."""
     with _lock:
         servers = list(_servers.values())
         _servers.clear()
     for s in servers:
         s.stop()
+
+
+class _Servers:
+    """The servers as a part of recursa.background."""
+
+    def shutdown(self) -> None:
+        stop_all()
+
+    def after_fork_in_child(self) -> None:
+        global _lock
+        _lock = threading.Lock()
+        _starting.clear()
+        _servers.clear()     # the parent's servers: a child's exit must not stop them
+
+
+_SERVERS = _Servers()
 
 
 def running() -> list[LlamaServer]:

@@ -24,8 +24,9 @@ from typing import Any
 from recursa.models._http import httpx
 
 from ..images import has_images
-from ..types import Completion, Message, ModelError, Usage
+from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
 from . import llama_server
+from .declared import Declares
 from .httppool import LoopPool
 from .streaming import OnDelta, Pieces, StreamCut
 
@@ -36,7 +37,7 @@ _PASS = ("temperature", "stop", "top_p", "top_k", "seed", "repeat_penalty", "min
          "response_format", "grammar", "json_schema", "id_slot", "ignore_eos")
 
 
-class LocalClient:
+class LocalClient(Declares):
     """`LocalClient("qwen2.5-coder-1.5b")` (fetched through the registry on first use) or
     `LocalClient("/path/model.gguf")`. `n_ctx` is the window of each slot; `slots` how many
     requests the server runs at once. Options: max_tokens (default 2048), temperature, stop,
@@ -83,6 +84,13 @@ class LocalClient:
     @property
     def context_window(self) -> int:
         return self.n_ctx
+
+    def _declare(self) -> Capabilities:
+        return Capabilities(
+            context_window=self.n_ctx, max_output_tokens=self.default_options.get("max_tokens"),
+            streaming=self.stream, images=self.supports_images, structured="json_schema",
+            pricing=Pricing(per_call=0.0),
+            identity=model_identity(self.name, self.model, None, self.default_options))
 
     def _model_path(self) -> Path:
         if self.path is None:

@@ -22,9 +22,9 @@ from typing import Any
 
 from recursa.models._http import httpx
 
-from ..types import Completion, Message, ModelError, Usage
+from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
 from .httppool import LoopPool
-from .pricing import cost_usd, estimate_usd
+from .pricing import charge
 from .retry import (
     RETRYABLE_STATUSES,
     EmptyResponseError,
@@ -65,7 +65,7 @@ class OpenAIClient(HostedClientState):
     whatever server the URL names. OPENAI_BASE_URL is not read; pass `base_url=`.
     """
 
-    supports_tools = True
+    supports_tools = True      # the old spelling of capabilities.tools, kept for callers
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  name: str | None = None, provider: str = "openai", max_retries: int = 4,
@@ -112,6 +112,14 @@ class OpenAIClient(HostedClientState):
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIClient({self.name!r}, base_url={self.base_url!r})"
+
+    def _declare(self) -> Capabilities:
+        return Capabilities(
+            max_output_tokens=self.default_options.get("max_tokens"), streaming=self.stream,
+            tools=True, images=True, structured="response_format",
+            pricing=Pricing(model=self.model, overrides=self.prices,
+                            reported=self.provider == "openrouter"),   # usage.cost
+            identity=model_identity(self.name, self.model, self.base_url, self.default_options))
 
     @property
     def _where(self) -> str:
@@ -376,15 +384,8 @@ class OpenAIClient(HostedClientState):
         reported = u.get("cost")  # OpenRouter reports the charged cost
         if isinstance(reported, int | float) and not isinstance(reported, bool):
             return usage, float(reported)
-        cost = cost_usd(self.model, usage, overrides=self.prices)
-        if cost is None and resp.get("model"):
-            cost = cost_usd(str(resp["model"]), usage, overrides=self.prices)
-        return usage, cost
-
-    def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
-        """Worst-case USD of a call, for the budget's reservation (prices given to this client
-        included); None when the model has no known price."""
-        return estimate_usd(self.model, input_tokens, output_tokens, overrides=self.prices)
+        return usage, charge(self.capabilities.pricing, usage,
+                             model=str(resp.get("model") or "") or None)
 
     async def aclose(self) -> None:
         await self._http.aclose()

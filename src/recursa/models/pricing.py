@@ -1,4 +1,7 @@
-"""Prices of hosted models, so a run can report and limit its cost in USD.
+"""Prices of hosted models, so a run can report and limit its cost in USD: the one owner of
+pricing. A client declares how it is priced (`Capabilities.pricing`, a `recursa.types.Pricing`);
+this module prices it: `estimate` (a call's worst case, what a budget reserves), `charge` (what
+a finished call cost) and `status` (whether a cost limit can be kept, for preflight).
 
 An unknown model has cost None ("we don't know"), never 0.0: a budget that silently counted an
 unpriced model as free would never stop. Local models (llama.cpp in-process) are free: 0.0.
@@ -12,7 +15,8 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..types import Usage
+from ..types import ModelClient, Pricing, Usage
+from .registry import is_prefix
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,6 @@ _BUILTIN: dict[str, Price] = {
 _lock = threading.Lock()
 _registered: dict[str, Price] = {}
 
-_SPEC_PREFIXES = frozenset({"openai", "anthropic", "openrouter", "vllm", "local", "replay",
-                            "gemini", "azure", "bedrock", "litellm"})
 _DATE_SUFFIX = re.compile(r"(-\d{4}-\d{2}-\d{2}|-\d{8}|-latest)$")
 
 
@@ -78,7 +80,7 @@ def normalize_model_name(model: str) -> str:
     so 'gpt-4.1' and OpenRouter's 'claude-sonnet-4.5' both match."""
     name = model.strip().lower()
     prefix, sep, rest = name.partition(":")
-    if sep and prefix in _SPEC_PREFIXES:  # only our spec prefixes: 'llama3:8b' keeps its tag
+    if sep and is_prefix(prefix):  # only providers' spec prefixes: 'llama3:8b' keeps its tag
         name = rest
     name = name.rsplit("/", 1)[-1]
     name = _DATE_SUFFIX.sub("", name)
@@ -146,3 +148,57 @@ def estimate_usd(model: str, input_tokens: int, output_tokens: int, *,
     if p is None:
         return None
     return (input_tokens * p.input + output_tokens * p.output) / 1_000_000
+
+
+# ---------------------------------------------------------------- a client's declared pricing
+def _write_rate(p: Price) -> float:
+    return p.cache_write if p.cache_write is not None else p.input * 1.25
+
+
+def estimate(pricing: Pricing, input_tokens: int, output_tokens: int) -> float | None:
+    """Worst-case USD of a call priced as `pricing` declares, before it is made (no cache
+    discount; cache writes assumed where the client may make them). None: no known price."""
+    if pricing.per_call is not None:
+        return pricing.per_call
+    if pricing.estimate is not None:
+        try:
+            return pricing.estimate(input_tokens, output_tokens)
+        except Exception:      # a client's own estimator failing must not fail the call
+            return None
+    if pricing.model is None:
+        return None
+    p = price_for(pricing.model, pricing.overrides)
+    if p is None:
+        return None
+    per_input = max(p.input, _write_rate(p)) if pricing.cache_writes else p.input
+    return (input_tokens * per_input + output_tokens * p.output) / 1_000_000
+
+
+def charge(pricing: Pricing, usage: Usage, *, cache_write_tokens: int = 0,
+           model: str | None = None) -> float | None:
+    """USD a finished call cost, from its usage; `model`: the name the reply gave, tried when
+    the declared one has no price (a provider may answer with a dated or underlying name)."""
+    if pricing.per_call is not None:
+        return pricing.per_call
+    for name in (pricing.model, model):
+        if name:
+            cost = cost_usd(name, usage, cache_write_tokens=cache_write_tokens,
+                            overrides=pricing.overrides)
+            if cost is not None:
+                return cost
+    return None
+
+
+def status(pricing: Pricing) -> str | None:
+    """'free', 'known' (recursa can price every call), 'reported' (the provider reports each
+    call's cost) or None: nothing can keep a cost limit."""
+    if pricing.per_call is not None:
+        return "free" if pricing.per_call == 0 else "known"
+    if estimate(pricing, 1, 1) is not None:
+        return "known"
+    return "reported" if pricing.reported else None
+
+
+def estimate_for(client: ModelClient, input_tokens: int, output_tokens: int) -> float | None:
+    """`estimate` of a client's declared pricing."""
+    return estimate(client.capabilities.pricing, input_tokens, output_tokens)

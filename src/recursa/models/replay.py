@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..types import Completion, Message, ModelError, Usage
+from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
+from .declared import Declares
 
 
 class ReplayExhausted(ModelError):
@@ -24,22 +25,27 @@ def _chars(messages: list[Message]) -> int:
     return n
 
 
-class ReplayClient:
+class ReplayClient(Declares):
     """Answers from a script.
 
     `responses`: a list of items used in order (a `str` is returned, an `Exception` is raised,
     so error paths can be scripted too), or a callable `(messages) -> str` (sync or async)
     that is asked every time. `.calls` records the messages of each call, `.options` the options.
-    Usage is estimated at ~4 characters per token; cost is `cost_usd` per call (default 0.0).
+    Usage is estimated at ~4 characters per token; cost is `cost_usd` per call (default 0.0;
+    None: no known price). `context_window` and `tools` are what it declares (a test may set
+    them to stand in for a model that has a window or takes native tools).
     An empty string is raised as ModelError, as a real client would (the contract says
     `complete` never returns empty text).
     """
 
     def __init__(self, responses: Sequence[str | BaseException] | Callable[..., Any] = (), *,
                  name: str = "replay:", latency: float = 0.0, cost_usd: float | None = 0.0,
-                 model: str = "replay") -> None:
+                 model: str = "replay", context_window: int | None = None,
+                 tools: bool = False) -> None:
         self.name = name
         self.model = model
+        self.context_window = context_window
+        self.tools = tools
         self.latency = latency
         self.cost_usd = cost_usd
         self._fn: Callable[..., Any] | None = responses if callable(responses) else None
@@ -48,6 +54,12 @@ class ReplayClient:
         self.calls: list[list[Message]] = []
         self.options: list[dict[str, Any]] = []
         self.closed = False
+
+    def _declare(self) -> Capabilities:
+        return Capabilities(
+            context_window=self.context_window, tools=self.tools,
+            pricing=Pricing() if self.cost_usd is None else Pricing(per_call=self.cost_usd),
+            identity=model_identity(self.name, self.model))
 
     @property
     def remaining(self) -> int:

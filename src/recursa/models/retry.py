@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..types import ModelError
+from .declared import Declares
 
 log = logging.getLogger("recursa.models")
 
@@ -44,7 +45,7 @@ class RetryPolicy:
     max_empty_retries: int = 1
 
 
-class HostedClientState:
+class HostedClientState(Declares):
     """The state every hosted client keeps the same way: retry policy and counters, timeout,
     prices, default options and the set of warnings already logged."""
 
@@ -65,6 +66,12 @@ class HostedClientState:
         self.prices = prices
         self.default_options = dict(default_options or {})
         self._warned = set()
+
+    def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
+        """Worst-case USD of a call (recursa.models.pricing.estimate of what this client
+        declares); None when the model has no known price."""
+        from .pricing import estimate
+        return estimate(self.capabilities.pricing, input_tokens, output_tokens)
 
     def _warn_unknown(self, options: Any) -> None:
         """Log each option this client does not send, once per client."""

@@ -1,5 +1,5 @@
-"""Streaming model calls: the optional `astream` method of a ModelClient, and the helper that
-falls back to `complete` for clients without one.
+"""Streaming model calls: the `astream` method of a ModelClient that declares
+`capabilities.streaming`, and the helper that falls back to `complete` for the others.
 
     comp = await complete_streaming(client, messages, on_delta, max_tokens=512)
 
@@ -14,17 +14,14 @@ ModelError naming how much text had come (`StreamCut`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, cast
 
-from ..types import Completion, Message, ModelClient, ModelError
+from ..types import Completion, Message, ModelClient, ModelError, StreamingModelClient
 
 OnDelta = Callable[[str, int], None]
 
 
-@runtime_checkable
-class StreamingClient(Protocol):
-    async def astream(self, messages: list[Message], on_delta: OnDelta,
-                      **options: Any) -> Completion: ...
+StreamingClient = StreamingModelClient     # the old name
 
 
 class StreamCut(ModelError):
@@ -58,14 +55,15 @@ class Pieces:
         return "".join(self.parts)
 
 
-def can_stream(client: Any) -> bool:
-    return callable(getattr(client, "astream", None))
+def can_stream(client: ModelClient) -> bool:
+    return client.capabilities.streaming
 
 
 async def complete_streaming(client: ModelClient, messages: list[Message],
                              on_delta: OnDelta | None, **options: Any) -> Completion:
-    """`client.astream(...)` when there is somewhere to send deltas and the client can stream;
-    else `client.complete(...)` (then a live view sees the reply when the turn ends)."""
+    """`client.astream(...)` when there is somewhere to send deltas and the client declares it
+    can stream; else `client.complete(...)` (then a live view sees the reply when the turn
+    ends)."""
     if on_delta is not None and can_stream(client):
-        return await client.astream(messages, on_delta, **options)  # type: ignore[attr-defined]
+        return await cast(StreamingModelClient, client).astream(messages, on_delta, **options)
     return await client.complete(messages, **options)

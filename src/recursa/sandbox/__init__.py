@@ -8,13 +8,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from recursa.types import Sandbox
-
 if TYPE_CHECKING:
     from recursa.sandbox.inprocess import InProcessSandbox
+    from recursa.sandbox.kinds import SandboxKind, register_sandbox
     from recursa.sandbox.local import LocalSandbox
     from recursa.sandbox.session import WorkerSession
     from recursa.sandbox.transport import SubprocessTransport, Transport
+    from recursa.types import Sandbox
 
 _WHERE = {
     "InProcessSandbox": "recursa.sandbox.inprocess",
@@ -22,10 +22,13 @@ _WHERE = {
     "WorkerSession": "recursa.sandbox.session",
     "SubprocessTransport": "recursa.sandbox.transport",
     "Transport": "recursa.sandbox.transport",
+    "Sandbox": "recursa.types",
+    "SandboxKind": "recursa.sandbox.kinds",
+    "register_sandbox": "recursa.sandbox.kinds",
 }
 
-__all__ = ["InProcessSandbox", "LocalSandbox", "SubprocessTransport", "Transport",
-           "WorkerSession", "make_sandbox"]
+__all__ = ["InProcessSandbox", "LocalSandbox", "SandboxKind", "SubprocessTransport", "Transport",
+           "WorkerSession", "make_sandbox", "register_sandbox"]
 
 
 def __getattr__(name: str) -> Any:
@@ -37,21 +40,12 @@ def __getattr__(name: str) -> Any:
 def make_sandbox(kind: str = "local", **opts: Any) -> Sandbox:
     """Build a sandbox by name: "local" (subprocess under bubblewrap; refuses to start where
     bubblewrap cannot work, saying why), "limits" (the same subprocess with resource limits
-    only, NOT isolated from the host: an explicit choice), "inprocess", or a remote one:
-    "docker", "modal", "e2b", "daytona" (optional extras; see docs/remote.md)."""
-    if kind in ("local", "limits"):
-        from recursa.sandbox.local import LocalSandbox
-        if kind == "limits":
-            if opts.get("isolation", "limits") != "limits":
-                raise ValueError(f"sandbox 'limits' is the local sandbox without isolation; "
-                                 f"isolation={opts['isolation']!r} contradicts it")
-            opts = {**opts, "isolation": "limits"}
-        return LocalSandbox(**opts)
-    if kind in ("inprocess", "in-process", "in_process"):
-        from recursa.sandbox.inprocess import InProcessSandbox
-        return InProcessSandbox(**opts)
-    from recursa.sandbox.remote import KINDS, make_remote_sandbox
-    if kind in KINDS:
-        return make_remote_sandbox(kind, **opts)
-    raise ValueError(f"unknown sandbox kind {kind!r}; expected 'local', 'limits', 'inprocess' "
-                     f"or one of {', '.join(sorted(KINDS))}")
+    only, NOT isolated from the host: an explicit choice), "inprocess", a remote one:
+    "docker", "modal", "e2b", "daytona" (optional extras; see docs/remote.md), or a kind
+    another package registers (recursa.sandbox.kinds)."""
+    from recursa.sandbox.kinds import kind_names, sandbox_kind
+    k = sandbox_kind(kind)
+    if k is None:
+        raise ValueError(f"unknown sandbox kind {kind!r}; expected one of "
+                         f"{', '.join(kind_names())}")
+    return k.factory(**opts)

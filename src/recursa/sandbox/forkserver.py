@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import array
 import asyncio
-import atexit
 import concurrent.futures as cf
 import contextlib
 import itertools
@@ -31,6 +30,7 @@ import tempfile
 import threading
 from typing import Any
 
+from recursa.background import BACKGROUND, WORKERS
 from recursa.sandbox.transport import PipeTransport, kill_tree
 from recursa.tempdirs import owned_tempdir
 
@@ -187,6 +187,8 @@ class Zygote:
             kill_tree(self._proc.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(5)
+        if self._thread is not threading.current_thread():
+            self._thread.join(5)     # it ends with the socket; shutdown leaves no thread
         self._err.close()
 
 
@@ -308,6 +310,7 @@ def zygote_host(key: Any, command: Any) -> ZygoteHost:
     recently used, are stopped."""
     global _PID
     idle: list[ZygoteHost] = []
+    BACKGROUND.attach(_ZYGOTES, WORKERS)
     with _HOSTS_LOCK:
         if _PID != os.getpid():   # forked: the parent's zygotes are not ours
             _HOSTS.clear()
@@ -330,6 +333,7 @@ def _has_runs(h: ZygoteHost) -> bool:
 
 
 def shutdown() -> None:
+    """Stop every zygote of this process (they start again on the next run)."""
     with _HOSTS_LOCK:
         if _PID != os.getpid():
             return
@@ -339,4 +343,17 @@ def shutdown() -> None:
         h.close()
 
 
-atexit.register(shutdown)
+class _Zygotes:
+    """The zygotes as a part of recursa.background."""
+
+    def shutdown(self) -> None:
+        shutdown()
+
+    def after_fork_in_child(self) -> None:
+        global _HOSTS_LOCK, _PID
+        _HOSTS_LOCK = threading.Lock()
+        _HOSTS.clear()            # the parent's zygotes, for the parent to stop
+        _PID = os.getpid()
+
+
+_ZYGOTES = _Zygotes()

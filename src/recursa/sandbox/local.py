@@ -59,7 +59,6 @@ applied (it would count every process of the host user) and `isolation` says so.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import json
 import logging
@@ -74,6 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from recursa.background import BACKGROUND, WORKERS
 from recursa.images import pillow_site
 from recursa.sandbox.forkserver import ZygoteTransport, zygote_host
 from recursa.sandbox.isolation import bwrap_works, find_bwrap, require_isolation
@@ -347,9 +347,11 @@ class Spare:
 class SparePool:
     """Process-wide: up to `n` started, unused workers per `WorkerConfig`.
 
-    Spares are spawned by one daemon thread that lives as long as the process, because the
+    Spares are spawned by one daemon thread that lives until `shutdown()`, because the
     parent-death signal bwrap and the worker set fires when the *thread* that forked them
     ends. Spares are therefore not tied to any event loop; a sandbox adopts one into its loop.
+    A part of recursa.background: attached on the first `take()`, stopped
+    by `recursa.background.shutdown()` or at exit.
     """
 
     MAX_CONFIGS = 4   # configs that keep spares; the least recently used beyond are dropped
@@ -376,7 +378,7 @@ class SparePool:
     def take(self, config: WorkerConfig, n: int) -> Spare | None:
         """A live spare for `config` (or None), and keep `n` of them ready from now on."""
         with self._cond:
-            if self._closed or self._pid != os.getpid():
+            if self._closed or self._pid != os.getpid() or BACKGROUND.exiting:
                 return None
             now = time.monotonic()
             lst = self._spares.setdefault(config, [])
@@ -406,7 +408,7 @@ class SparePool:
             self._wake()
 
     def shutdown(self) -> None:
-        """Kill every spare and stop refilling (at interpreter exit)."""
+        """Kill every spare and stop the spawner thread; the next `take()` starts again."""
         with self._cond:
             if self._pid != os.getpid():
                 return
@@ -415,7 +417,10 @@ class SparePool:
             self._spares.clear()
             self._trash = []
             self._want.clear()
+            thread, self._thread = self._thread, None
             self._cond.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(10)   # it ends after the job in hand (a spawn it then disposes of)
         for s in victims:
             _kill_now(s)
         for s in victims:
@@ -423,6 +428,15 @@ class SparePool:
                 s.proc.wait(2)
             close_popen_pipes(s.proc)
             s.spec.cleanup()
+        with self._cond:
+            self._closed = False
+
+    def after_fork_in_child(self) -> None:
+        # The spares belong to the parent: drop our copies of their pipes, keep nothing.
+        for lst in self._spares.values():
+            for s in lst:
+                close_popen_pipes(s.proc)
+        self._reset()
 
     def pids(self, config: WorkerConfig | None = None) -> list[int]:
         """Pids of the spares now in the pool (for tests and diagnostics)."""
@@ -453,6 +467,7 @@ class SparePool:
 
     def _wake(self) -> None:
         if self._thread is None:
+            BACKGROUND.attach(self, WORKERS)
             self._thread = threading.Thread(target=self._serve, name="recursa-prewarm",
                                             daemon=True)
             self._thread.start()
@@ -484,10 +499,13 @@ class SparePool:
         return max(0.05, min(borns) + self.max_age - time.monotonic())
 
     def _serve(self) -> None:
+        me = threading.current_thread()
         while True:
             with self._cond:
                 job = self._next_job()
                 while job is None:
+                    if self._thread is not me:    # shut down
+                        return
                     self._cond.wait(self._idle_wait())
                     job = self._next_job()
             try:
@@ -529,18 +547,8 @@ class SparePool:
         if not keep:
             self._dispose([spare])
 
-    def _after_fork_in_child(self) -> None:
-        # The spares belong to the parent: drop our copies of their pipes, keep nothing.
-        for lst in self._spares.values():
-            for s in lst:
-                close_popen_pipes(s.proc)
-        self._reset()
-
 
 POOL = SparePool()
-atexit.register(POOL.shutdown)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=POOL._after_fork_in_child)
 
 
 # ------------------------------------------------------------------ the sandbox

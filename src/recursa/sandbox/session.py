@@ -412,8 +412,9 @@ class WorkerSession:
         busy = self._outstanding > 0
         while True:
             wait = None if busy else max(0.0, timeout - used)
-            try:
-                kind, payload = await asyncio.wait_for(self._events.get(), wait)
+            try:   # not wait_for: on 3.11 it drops a cancel that lands as an event arrives
+                async with asyncio.timeout(wait):
+                    kind, payload = await self._events.get()
             except TimeoutError:
                 return await self._timed_out(cell_id, timeout, t_start)
             now = time.monotonic()
@@ -455,7 +456,8 @@ class WorkerSession:
             if left <= 0:
                 break
             try:
-                kind, payload = await asyncio.wait_for(self._events.get(), left)
+                async with asyncio.timeout(left):
+                    kind, payload = await self._events.get()
             except TimeoutError:
                 break
             if kind == "dead":

@@ -23,7 +23,6 @@ the worker and restarts it, like the disk cap. The process cap then falls back t
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import itertools
 import os
@@ -32,6 +31,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from recursa.background import BACKGROUND, GROUPS, WATCHERS
 
 _counter = itertools.count()
 _PREFIX = "recursa-"
@@ -340,28 +341,35 @@ def cgroup_host() -> CgroupHost | None:
         if os.environ.get("RECURSA_CGROUPS", "1").strip().lower() in ("0", "no", "false", "off"):
             return None
         _host = _try_v2() or _try_v1()
+        if _host is not None:
+            BACKGROUND.attach(_GROUPS, GROUPS)
         return _host
 
 
 def _cleanup() -> None:
-    if _host is not None and _host.pid == os.getpid():
-        _host.remove()
-        for d in (_host.memory_parent, _host.pids_parent):   # and those of killed hosts
+    global _host, _probed
+    with _lock:
+        host, _host, _probed = _host, None, False   # probed (and made) again on next use
+    if host is not None and host.pid == os.getpid():
+        host.remove()
+        for d in (host.memory_parent, host.pids_parent):   # and those of killed hosts
             if d:
                 _sweep_stale(os.path.dirname(d))
 
 
-atexit.register(_cleanup)
+class _Groups:
+    """The cgroup parent as a part of recursa.background."""
+
+    def shutdown(self) -> None:
+        _cleanup()
+
+    def after_fork_in_child(self) -> None:
+        global _host, _probed, _lock
+        _lock = threading.Lock()
+        _host, _probed = None, False   # the parent's groups are its own to remove
 
 
-def _after_fork_in_child() -> None:
-    global _host, _probed, _lock
-    _lock = threading.Lock()
-    _host, _probed = None, False   # the parent's groups are its own to remove
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_GROUPS = _Groups()
 
 
 # ------------------------------------------------------------------ the fallback watch
@@ -379,7 +387,9 @@ class _Watched:
 class TreeWatch:
     """One host thread that, while anything is watched, reads /proc every `interval` s and
     sums the resident memory of each watched tree (the descendants of a pid, or every process
-    of a uid of its own); over its limit, `on_over(rss)` is called once, from that thread."""
+    of a uid of its own); over its limit, `on_over(rss)` is called once, from that thread.
+    A part of recursa.background: `shutdown()` ends the thread, the next
+    `watch()` starts it again."""
 
     interval: float = 0.25
     _items: dict[int, _Watched] = field(default_factory=dict)
@@ -393,6 +403,7 @@ class TreeWatch:
             key = next(self._ids)
             self._items[key] = _Watched(limit, on_over, root, uid)
             if self._thread is None or not self._thread.is_alive():
+                BACKGROUND.attach(self, WATCHERS)
                 self._thread = threading.Thread(target=self._run, name="recursa-treewatch",
                                                 daemon=True)
                 self._thread.start()
@@ -403,12 +414,27 @@ class TreeWatch:
         with self._cond:
             self._items.pop(key, None)
 
+    def shutdown(self) -> None:
+        with self._cond:
+            thread, self._thread = self._thread, None
+            self._cond.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+
+    def after_fork_in_child(self) -> None:
+        self._cond = threading.Condition()
+        self._items.clear()        # the parent's sandboxes
+        self._thread = None
+
     def _run(self) -> None:
         page = os.sysconf("SC_PAGE_SIZE")
+        me = threading.current_thread()
         while True:
             with self._cond:
-                while not self._items:
+                while not self._items and self._thread is me:
                     self._cond.wait()
+                if self._thread is not me:     # shut down
+                    return
                 items = list(self._items.values())
             procs = _scan(page, uids=any(w.uid is not None for w in items))
             children: dict[int, list[int]] = {}
@@ -433,7 +459,9 @@ class TreeWatch:
                     w.fired = True
                     with contextlib.suppress(Exception):
                         w.on_over(rss)
-            time.sleep(self.interval)
+            with self._cond:
+                if self._thread is me:
+                    self._cond.wait(self.interval)
 
 
 def _scan(page: int, *, uids: bool = True) -> dict[int, tuple[int, int, int]]:

@@ -19,6 +19,7 @@ import secrets
 import tempfile
 import threading
 
+from recursa.background import BACKGROUND, GROUPS
 from recursa.tempdirs import WORKER_UID_MAX, WORKER_UID_MIN
 from recursa.types import SandboxError
 
@@ -63,6 +64,7 @@ def lease_uid() -> int:
     """A uid no other live worker of this host's recursa processes has; `release_uid` it."""
     directory = _lock_dir()
     span = WORKER_UID_MAX - WORKER_UID_MIN + 1
+    BACKGROUND.attach(_LEASES, GROUPS)
     with _lock:
         for _ in range(256):
             uid = WORKER_UID_MIN + secrets.randbelow(span)
@@ -92,15 +94,21 @@ def leased() -> set[int]:
         return set(_held)
 
 
-def _after_fork_in_child() -> None:
-    # The leases are the parent's: drop our copies (the parent's locks stay held).
-    global _lock
-    _lock = threading.Lock()
-    for fd in _held.values():
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _held.clear()
+class _Leases:
+    """The leases as a part of recursa.background, for its fork hook:
+    each lease is its sandbox's to release, and the kernel drops the locks at exit."""
+
+    def shutdown(self) -> None:
+        pass
+
+    def after_fork_in_child(self) -> None:
+        # The leases are the parent's: drop our copies (the parent's locks stay held).
+        global _lock
+        _lock = threading.Lock()
+        for fd in _held.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _held.clear()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_LEASES = _Leases()

@@ -261,8 +261,10 @@ class Repl:
         with f:
             if kind == "json":
                 raw = f.read()
-                # images travel as {"__recursa_image__": 1, ...}: revive only when present
-                hook = _revive_image if IMAGE_MARK.encode() in raw else None
+                # images and documents travel as {"__recursa_image__" / "__recursa_doc__": 1,
+                # ...}: revive only when present
+                hook = _revive if (IMAGE_MARK.encode() in raw
+                                   or DOC_MARK.encode() in raw) else None
                 value = json.loads(raw, object_hook=hook)
             elif kind == "text":
                 value = f.read().decode("utf-8", errors="replace")
@@ -616,6 +618,141 @@ def _revive_image(d: dict) -> Any:
     if d.get(IMAGE_MARK) == 1 and "b64" in d:
         return Image(base64.b64decode(d["b64"]), d.get("format", ""), d.get("width", 0),
                      d.get("height", 0), d.get("name", ""))
+    return d
+
+
+# ------------------------------------------------------------------ documents in the context
+# One definition for both sides: the host imports these as recursa.documents.Document / Part
+# (recursa/documents/), the worker revives them from the payload's JSON. A Document *is* its
+# whole text (a str), so code written for a text context keeps working, and carries its
+# structure: pages, slides, sheets, sections, chapters or tables, each a str too.
+DOC_MARK = "__recursa_doc__"
+
+
+class Part(str):
+    """One page / slide / sheet / section / chapter / table of a Document: its text, plus
+    `.kind`, `.number` (1-based), `.name`, `.start`/`.end` (offsets in the document's text),
+    `.doc` (the document's name) and, for tables, `.columns`, `.rows`, `.records`."""
+
+    kind: str
+    number: int
+    name: str
+    start: int
+    end: int
+    doc: str
+    meta: dict
+
+    def __new__(cls, text: str, kind: str = "part", number: int = 1, name: str = "",
+                start: int = 0, end: int | None = None, doc: str = "",
+                meta: dict | None = None) -> Part:
+        self = super().__new__(cls, text)
+        self.kind, self.number, self.name, self.doc = str(kind), int(number), str(name), str(doc)
+        self.start = int(start)
+        self.end = int(start) + len(text) if end is None else int(end)
+        self.meta = dict(meta or {})
+        return self
+
+    def __reduce__(self) -> Any:
+        return (Part, (str(self), self.kind, self.number, self.name, self.start, self.end,
+                       self.doc, self.meta))
+
+    @property
+    def text(self) -> str:
+        return str(self)
+
+    @property
+    def columns(self) -> list:
+        return list(self.meta.get("columns") or [])
+
+    @property
+    def schema(self) -> str:
+        return str(self.meta.get("schema") or "")
+
+    @property
+    def rows(self) -> list:
+        """The table's rows: lists of str (CSV/TSV/sheets/Parquet/SQLite) or JSON values
+        (JSON Lines), without the header row."""
+        fmt = self.meta.get("format")
+        if fmt == "jsonl":
+            return [json.loads(line) for line in self.splitlines() if line.strip()]
+        if fmt != "delimited":
+            raise ValueError(f"{self.kind} {self.number} of {self.doc!r} is not a table; "
+                             "only tables, sheets, CSV and JSON Lines have rows")
+        import csv
+        rows = list(csv.reader(io.StringIO(str(self)), delimiter=self.meta.get("delimiter", ",")))
+        return rows[1:] if self.meta.get("header", True) else rows
+
+    @property
+    def records(self) -> list:
+        """The rows as dicts keyed by column name."""
+        if self.meta.get("format") == "jsonl":
+            return self.rows
+        cols = self.columns
+        return [dict(zip(cols, row, strict=False)) for row in self.rows]
+
+
+_PART_ALIASES = ("pages", "slides", "sheets", "sections", "chapters", "tables")
+
+
+class Document(str):
+    """A document of the context: it *is* its whole extracted text (a str), plus `.name`,
+    `.kind` ('pdf', 'docx', 'csv', ...), `.parts` (also `.pages`, `.slides`, `.sheets`,
+    `.sections`, `.chapters`, `.tables`: the same list of Part), `.meta` and `.notes`."""
+
+    name: str
+    kind: str
+    meta: dict
+    notes: list
+    _raw: list
+    _parts: list | None
+
+    def __new__(cls, text: str, name: str = "", kind: str = "text",
+                parts: Sequence[Sequence[Any]] = (), meta: dict | None = None,
+                notes: Sequence[str] = ()) -> Document:
+        self = super().__new__(cls, text)
+        self.name, self.kind = str(name), str(kind)
+        self.meta, self.notes = dict(meta or {}), [str(n) for n in notes]
+        # [kind, number, name, start, end, meta]: Part objects are cut from the text on use
+        self._raw = [list(p) for p in parts]
+        self._parts = None
+        return self
+
+    def __reduce__(self) -> Any:
+        return (Document, (str(self), self.name, self.kind, self._raw, self.meta, self.notes))
+
+    @property
+    def text(self) -> str:
+        return str(self)
+
+    @property
+    def parts(self) -> list:
+        if self._parts is None:
+            self._parts = [Part(self[s:e], k, n, nm, s, e, self.name, m)
+                           for k, n, nm, s, e, m in self._raw]
+        return self._parts
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in _PART_ALIASES:
+            return self.parts
+        if attr in ("rows", "records", "columns", "schema"):
+            tables = [p for p in self.parts if p.meta.get("format")]
+            if len(tables) == 1:
+                return getattr(tables[0], attr)
+            raise AttributeError(f"{self.name!r} has {len(tables)} tables; use "
+                                 f".parts[i].{attr} (each part has .name)")
+        raise AttributeError(f"'Document' object has no attribute {attr!r}")
+
+    def _wire(self) -> dict:
+        return {DOC_MARK: 1, "name": self.name, "kind": self.kind, "text": str(self),
+                "parts": self._raw, "meta": self.meta, "notes": self.notes}
+
+
+def _revive(d: dict) -> Any:
+    if d.get(DOC_MARK) == 1 and "text" in d:
+        return Document(d["text"], d.get("name", ""), d.get("kind", "text"),
+                        d.get("parts") or (), d.get("meta"), d.get("notes") or ())
+    if d.get(IMAGE_MARK) == 1 and "b64" in d:
+        return _revive_image(d)
     return d
 
 

@@ -245,10 +245,12 @@ def _text_of_file(part: dict[str, Any]) -> tuple[str, Any]:
             return name, Image.from_bytes(raw, name=name)
         except ImageError as e:
             raise RequestError(str(e), param="messages", code="invalid_image") from e
-    if b"\x00" in raw[:8192]:
-        raise RequestError(f"file {name!r} looks binary; only text and image files can be context",
-                           param="messages")
-    return name, raw.decode("utf-8", errors="replace")
+    from recursa.documents import DocumentError, load
+    try:   # PDF, Office, EPUB, HTML, CSV, ... -> a Document; an archive -> {member: value}
+        return name, load(raw, name=name)
+    except DocumentError as e:
+        raise RequestError(f"file {name!r}: {e}".replace(f": {name}: ", ": "),
+                           param="messages", code="invalid_file") from e
 
 
 def _split_content(content: Any) -> tuple[list[str], list[tuple[str, Any]]]:

@@ -13,30 +13,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from recursa.sandbox.kinds import REMOTE_KINDS, launcher_for
 from recursa.sandbox.remote.base import Launcher, RemoteSandbox, StreamTransport
 from recursa.types import Sandbox
 
 __all__ = ["KINDS", "Launcher", "RemoteSandbox", "StreamTransport", "make_remote_sandbox"]
 
-KINDS = ("docker", "modal", "e2b", "daytona")
+KINDS = REMOTE_KINDS          # listed once, in recursa.sandbox.kinds
 _SANDBOX_OPTS = ("start_timeout", "interrupt_grace")
 
 
 def _launcher(kind: str, opts: dict[str, Any]) -> Launcher:
-    # Imports stay inside: none of these modules imports its SDK before prepare().
-    if kind == "docker":
-        from recursa.sandbox.remote.docker import DockerLauncher
-        return DockerLauncher(**opts)
-    if kind == "modal":
-        from recursa.sandbox.remote.modal import ModalLauncher
-        return ModalLauncher(**opts)
-    if kind == "e2b":
-        from recursa.sandbox.remote.e2b import E2BLauncher
-        return E2BLauncher(**opts)
-    if kind == "daytona":
-        from recursa.sandbox.remote.daytona import DaytonaLauncher
-        return DaytonaLauncher(**opts)
-    raise ValueError(f"unknown remote sandbox kind {kind!r}; expected one of {', '.join(KINDS)}")
+    # the launcher modules import their SDKs only in prepare()
+    launcher: Launcher = launcher_for(kind, opts)
+    return launcher
 
 
 def make_remote_sandbox(kind: str, **opts: Any) -> Sandbox:

@@ -1,0 +1,21 @@
+"""Documents as contexts: PDF, Word, PowerPoint, Excel, EPUB, HTML, Markdown, CSV/TSV, JSON Lines,
+Parquet, SQLite and zip/tar archives of them, read into a `Document` (a str holding the whole
+text, with its pages / slides / sheets / sections / chapters / tables as `.parts`), and folders
+read honouring .gitignore. The format libraries are the optional `docs` extra
+(pip install 'recursa[docs]'); Markdown, CSV/TSV, JSON Lines and SQLite need nothing.
+
+    from recursa.documents import load
+    doc = load("report.pdf")            # Document; doc.pages[2].number == 3
+    rlm.completion("...", context=doc)  # or context=Path("report.pdf"), or a folder
+
+`Location` / `locate()` say where a span of text lies (file, page, line, character offsets).
+"""
+
+from recursa.documents.build import DocStats
+from recursa.documents.errors import DocumentError, MissingExtra
+from recursa.documents.load import load
+from recursa.documents.model import Document, Location, Part, locate
+from recursa.documents.tree import load_tree
+
+__all__ = ["DocStats", "Document", "DocumentError", "Location", "MissingExtra", "Part", "load",
+           "load_tree", "locate"]

@@ -1,0 +1,115 @@
+"""Word (python-docx: sections at headings, tables as TSV), PowerPoint (python-pptx: one part
+a slide, with its title, tables and speaker notes) and Excel (openpyxl, read-only and
+streaming: one part a sheet, as TSV)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+from recursa.documents.build import Extraction, Piece
+from recursa.documents.errors import DocumentError, need
+from recursa.documents.formats.tables import cell, delimited
+from recursa.documents.source import Source
+
+
+def _file(src: Source) -> Any:
+    return str(src.path) if src.path is not None else io.BytesIO(src.data or b"")
+
+
+def _bad(src: Source, what: str, e: Exception) -> DocumentError:
+    return DocumentError(f"{src.name}: not a readable {what} file (corrupt or truncated: "
+                         f"{type(e).__name__}: {e})")
+
+
+def _tsv(rows: list[list[str]]) -> str:
+    return "\n".join("\t".join(c.replace("\t", " ").replace("\n", " ") for c in r) for r in rows)
+
+
+def extract_docx(src: Source, info: Extraction) -> Iterator[Piece]:
+    try:
+        import docx
+        from docx.table import Table
+    except ImportError:
+        raise need("python-docx", "Word (.docx)", src.name) from None
+    try:
+        d = docx.Document(_file(src))
+    except Exception as e:   # each library has its own errors for a non-zip / broken part
+        raise _bad(src, "Word (.docx)", e) from None
+    props = d.core_properties
+    info.meta.update({k: v for k, v in (("title", props.title), ("author", props.author)) if v})
+    name, lines = "", []
+    for block in d.iter_inner_content():
+        if isinstance(block, Table):
+            lines.append(_tsv([[c.text for c in row.cells] for row in block.rows]))
+            continue
+        style = (block.style.name if block.style is not None else "") or ""
+        if style.startswith(("Heading", "Title")) and block.text.strip():
+            if lines:
+                yield Piece("section", name, "\n".join(lines))
+            name, lines = block.text.strip(), []
+        if block.text.strip():
+            lines.append(block.text)
+    if lines or not name:
+        yield Piece("section", name, "\n".join(lines))
+
+
+def _shape_text(shape: Any) -> list[str]:
+    out: list[str] = []
+    if getattr(shape, "has_text_frame", False) and shape.text_frame.text.strip():
+        out.append(shape.text_frame.text)
+    if getattr(shape, "has_table", False):
+        out.append(_tsv([[c.text for c in row.cells] for row in shape.table.rows]))
+    for sub in getattr(shape, "shapes", ()):   # group shapes
+        out += _shape_text(sub)
+    return out
+
+
+def extract_pptx(src: Source, info: Extraction) -> Iterator[Piece]:
+    try:
+        import pptx
+    except ImportError:
+        raise need("python-pptx", "PowerPoint (.pptx)", src.name) from None
+    try:
+        prs = pptx.Presentation(_file(src))
+    except Exception as e:   # each library has its own errors for a non-zip / broken part
+        raise _bad(src, "PowerPoint (.pptx)", e) from None
+    for i, slide in enumerate(prs.slides, 1):
+        title_shape = slide.shapes.title
+        title = title_shape.text.strip() if title_shape is not None else ""
+        texts: list[str] = []
+        for shape in slide.shapes:
+            texts += _shape_text(shape)
+        if slide.has_notes_slide:
+            notes = slide.notes_slide.notes_text_frame
+            if notes is not None and notes.text.strip():
+                texts.append("Notes: " + notes.text)
+        yield Piece("slide", title, "\n".join(texts),
+                    header=f"[slide {i}" + (f": {title}]" if title else "]"))
+
+
+def extract_xlsx(src: Source, info: Extraction) -> Iterator[Piece]:
+    try:
+        import openpyxl
+    except ImportError:
+        raise need("openpyxl", "Excel (.xlsx)", src.name) from None
+    try:
+        wb = openpyxl.load_workbook(_file(src), read_only=True, data_only=True)
+    except Exception as e:   # each library has its own errors for a non-zip / broken part
+        raise _bad(src, "Excel (.xlsx)", e) from None
+    try:
+        for ws in wb.worksheets:
+            meta: dict[str, Any] = {}
+
+            def rows(ws: Any = ws) -> Iterator[list[str]]:
+                for row in ws.iter_rows(values_only=True):
+                    cells = [cell(v) for v in row]
+                    while cells and not cells[-1]:
+                        cells.pop()
+                    if cells:
+                        yield cells
+            yield Piece("sheet", ws.title, delimited(rows(), meta), meta,
+                        header=f"[sheet {ws.title}]")
+    finally:
+        wb.close()

@@ -1,0 +1,139 @@
+"""Read one file (a path, or bytes with a name) as the context value it stands for: a Document,
+a dict of an archive's files, an Image, or plain text."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from recursa import images
+from recursa.documents import limits
+from recursa.documents.build import DocStats, Extractor, materialize, stream
+from recursa.documents.errors import DocumentError
+from recursa.documents.formats import archive, markup, office, pdf, sqlite, tables
+from recursa.documents.model import Document
+from recursa.documents.source import ARCHIVES, Source, detect
+
+EXTRACTORS: dict[str, Extractor] = {
+    "pdf": pdf.extract, "docx": office.extract_docx, "pptx": office.extract_pptx,
+    "xlsx": office.extract_xlsx, "epub": markup.extract_epub, "html": markup.extract_html,
+    "markdown": markup.extract_markdown, "csv": tables.extract_csv, "tsv": tables.extract_csv,
+    "jsonl": tables.extract_jsonl, "parquet": tables.extract_parquet, "sqlite": sqlite.extract,
+}
+LABELS = {"pdf": "PDF", "docx": "Word", "pptx": "PowerPoint", "xlsx": "Excel", "epub": "EPUB",
+          "html": "HTML", "markdown": "Markdown", "csv": "CSV", "tsv": "TSV",
+          "jsonl": "JSON Lines", "parquet": "Parquet", "sqlite": "SQLite"}
+
+
+def _guarded(src: Source, kind: str, run: Callable[[], Any]) -> Any:
+    """Any failure inside a format's library becomes a DocumentError naming the file."""
+    try:
+        return run()
+    except DocumentError:
+        raise
+    except MemoryError:
+        raise DocumentError(f"{src.name}: out of memory while reading it as {LABELS[kind]}") \
+            from None
+    except Exception as e:
+        raise DocumentError(f"{src.name}: cannot be read as {LABELS[kind]} "
+                            f"({type(e).__name__}: {e})") from None
+
+
+def _check_size(src: Source, cap: int) -> None:
+    size = src.size
+    if size > cap:
+        raise DocumentError(f"{src.name}: {limits.mb(size)} is over the {limits.mb(cap)} limit "
+                            "for one document (recursa.documents.limits)")
+
+
+def decode_text(data: bytes, name: str) -> tuple[str, int]:
+    """UTF-8 text, replacing invalid bytes (returned: how many); binary data is refused."""
+    if b"\x00" in data[:8192]:
+        raise DocumentError(f"{name} looks binary (it contains NUL bytes) and is no document "
+                            "format recursa reads (PDF, Office, EPUB, HTML, Markdown, CSV, "
+                            "JSON Lines, Parquet, SQLite, zip/tar); give a text file")
+    try:
+        return data.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", errors="replace")
+        return text, text.count("\ufffd")
+
+
+def load_source(src: Source, notes: list[str], *, cap: int = limits.MAX_DOCUMENT_BYTES,
+                nested: bool = False) -> Any:
+    """The context value of one file: Document, {member: value} for an archive, Image or str.
+    Problems that do not stop the file go to `notes`."""
+    _check_size(src, cap)
+    kind = detect(src)
+    if kind in EXTRACTORS:
+        extract = EXTRACTORS[kind]
+        doc: Document = _guarded(src, kind, lambda: materialize(src, extract, kind))
+        notes.extend(doc.notes)
+        return doc
+    if kind in ARCHIVES:
+        if nested:
+            raise DocumentError(f"{src.name}: an archive inside an archive is not opened")
+        return _archive(src, kind, notes)
+    if kind == "image":
+        data = src.data if src.data is not None else src.open().read()
+        return images.Image.from_bytes(data, name=src.name)
+    if kind == "legacy-office":
+        raise DocumentError(f"{src.name}: an old binary Office file (.doc/.xls/.ppt) is not "
+                            "read; save it as .docx/.xlsx/.pptx")
+    with src.open() as f:
+        data = f.read()
+    text, bad = decode_text(data, src.name)
+    if bad:
+        notes.append(f"{src.name}: {bad} invalid UTF-8 bytes replaced by U+FFFD")
+    return text
+
+
+def _archive(src: Source, kind: str, notes: list[str]) -> dict[str, Any]:
+    members = archive.zip_members if kind == "zip" else archive.tar_members
+    files: dict[str, Any] = {}
+    skipped = 0
+    for name, data in members(src, notes):
+        try:
+            files[name] = load_source(Source(name, data=data), notes,
+                                      cap=limits.MAX_MEMBER_BYTES, nested=True)
+        except DocumentError as e:
+            skipped += 1
+            notes.append(f"{name}: skipped: {_short(e, name)}")
+    if not files:
+        raise DocumentError(f"{src.name}: the archive holds no readable file"
+                            + (f" ({skipped} skipped: {notes[-1]})" if skipped else ""))
+    return files
+
+
+def _short(e: Exception, name: str) -> str:
+    msg = str(e)
+    return msg[len(name) + 2:] if msg.startswith(name + ": ") else msg
+
+
+def load(path: str | os.PathLike[str] | bytes, *, name: str | None = None) -> Any:
+    """Load a file as recursa would as a context: a PDF, Word, PowerPoint, Excel, EPUB, HTML,
+    Markdown, CSV/TSV, JSON Lines, Parquet or SQLite file -> Document; a zip/tar archive -> dict
+    by member path; an image -> Image; any other text -> str. `path` may be the file's bytes,
+    with `name`. Bad, encrypted or oversized files raise DocumentError naming the file."""
+    notes: list[str] = []
+    if isinstance(path, bytes | bytearray):
+        return load_source(Source(name or "document", data=bytes(path)), notes)
+    p = Path(path)
+    if not p.is_file():
+        raise DocumentError(f"{p}: no such file")
+    return load_source(Source(name or p.name, path=p), notes)
+
+
+def stream_file(path: Path, out: TextIO, name: str | None = None) -> DocStats | None:
+    """Write a document file's payload JSON straight to `out` (None: not a streamed format,
+    nothing written)."""
+    src = Source(name or path.name, path=path)
+    kind = detect(src)
+    if kind not in EXTRACTORS:
+        return None
+    _check_size(src, limits.MAX_DOCUMENT_BYTES)
+    extract = EXTRACTORS[kind]
+    stats: DocStats = _guarded(src, kind, lambda: stream(src, extract, kind, out))
+    return stats

@@ -1,0 +1,25 @@
+"""Shared fixtures and collection rules for the whole suite.
+
+Helpers that tests import live in modules of their own (helpers_*.py, openai_testserver.py,
+provider_fakes.py, ...): a test module never imports another test module.
+
+`make test` runs the model tests in one pytest process (so two llama-servers never compete for a
+2-core machine) and the rest beside it on two pytest-xdist workers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+QWEN = "qwen2.5-coder-1.5b"
+
+
+@pytest.fixture(scope="session")
+def qwen() -> str:
+    """The default local model's client spec; fails (not skips) when it is not fetched, since
+    `make test` fetches it and CI must not pass without the real model."""
+    from recursa.models.fetch import is_fetched
+    if not is_fetched(QWEN):
+        pytest.fail(f"the local model is not fetched: run `recursa models fetch {QWEN}` "
+                    "(make test does this)")
+    return f"local:{QWEN}"
