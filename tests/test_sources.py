@@ -8,11 +8,16 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+import helpers_documents as hd
 from recursa import RLM, prompts, sources
+from recursa.documents import Location as DocLocation
+from recursa.documents import load
+from recursa.documents import locate as documents_locate
 from recursa.models.replay import ReplayClient
 from recursa.trace import load_events
 from recursa.types import Location
@@ -32,7 +37,7 @@ def one(quote: object, context: object, answer: str = "") -> sources.Source:
 def test_exact_quote_is_found_with_its_line_and_span():
     s = one("the Ada meeting was held in Lyon", CTX)
     assert s.found and s.match == "exact" and s.score == 100
-    assert s.location is not None and s.location.line == 24 and s.location.end_line == 24
+    assert s.location is not None and s.location.line == 24 and s.location.end_line is None
     assert CTX[s.location.start:s.location.end] == "the Ada meeting was held in Lyon"
     assert s.location.label == "line 24"
     assert s.before.endswith("Note 23: ") and s.after.startswith(", in the old library")
@@ -88,23 +93,23 @@ def test_a_folder_context_locates_the_file_and_line(tmp_path: Path):
     (tmp_path / "docs" / "notes.md").write_text("# Notes\n\nThe deploy key rotates every 90 days.\n")
     s = one("The deploy key rotates every 90 days", tmp_path)     # a Path: loaded again
     assert s.found and s.location is not None
-    assert s.location.path == "docs/notes.md" and s.location.line == 3
-    assert s.location.item == ["docs/notes.md"]
-    assert s.location.label == "docs/notes.md, line 3"
+    assert s.location.file == "docs/notes.md" and s.location.line == 3
+    assert s.location.item == ("docs/notes.md",)
+    assert s.location.label == "docs/notes.md, section 1 (Notes), line 3"   # Markdown: a Document
 
 
 def test_list_dict_and_nested_contexts():
     docs = ["first doc", "second doc\nwith the needle sentence here"]
     s = one("the needle sentence", docs)
-    assert s.location is not None and s.location.item == [1] and s.location.line == 2
-    assert s.location.path is None and s.location.label == "context[1], line 2"
+    assert s.location is not None and s.location.item == (1,) and s.location.line == 2
+    assert s.location.file is None and s.location.label == "context[1], line 2"
     records = [{"id": 1, "body": "nothing"}, {"id": 2, "body": "refund issued on 4 March"}]
     s = one("refund issued on 4 March", records)
-    assert s.location is not None and s.location.item == [1, "body"]
+    assert s.location is not None and s.location.item == (1, "body")
     assert s.location.label == "context[1]['body'], line 1"
     nested = {"src": {"main.py": "def main():\n    run()\n"}, "README": "hi"}
     s = one("    run()", nested)
-    assert s.location is not None and s.location.path == "src/main.py"
+    assert s.location is not None and s.location.file == "src/main.py"
     assert s.location.line == 2
 
 
@@ -113,7 +118,7 @@ def test_a_search_hit_is_found_at_its_span_and_a_stale_span_falls_back():
     hit = {"text": "brown fox", "start": 10, "end": 19, "item": "b.txt", "score": 0.9}
     s = one(hit, files)
     assert s.found and s.match == "exact" and s.location is not None
-    assert (s.location.path, s.location.start, s.location.end) == ("b.txt", 10, 19)
+    assert (s.location.file, s.location.start, s.location.end) == ("b.txt", 10, 19)
     stale = dict(hit, start=0, end=9)           # the text is elsewhere: searched for instead
     s = one(stale, files)
     assert s.found and s.location is not None and s.location.start == 10
@@ -139,35 +144,90 @@ def test_a_context_that_cannot_be_read_leaves_sources_unfound(tmp_path: Path):
     assert not s.found and "could not be read" in (s.note or "")
 
 
-class Pdf:
-    """A stand-in for a document type from a loader package: pages of text, one name."""
+class Transcript:
+    """A context type of a user's own (not a str): turns of text, one name."""
 
-    def __init__(self, name: str, pages: list[str]):
-        self.name, self.pages = name, pages
-
-
-@sources.texts.register(Pdf)
-def _pdf_texts(doc: Pdf) -> Iterator[tuple[tuple[int], str]]:
-    for i, page in enumerate(doc.pages):
-        yield (i,), page
+    def __init__(self, name: str, turns: list[str]):
+        self.name, self.turns = name, turns
 
 
-@sources.locate.register(Pdf)
-def _pdf_locate(doc: Pdf, item: tuple, start: int, end: int) -> Location:
-    loc = sources.locate(doc.pages[item[0]], (), start, end)
-    return loc.model_copy(update={"item": list(item), "path": doc.name, "page": item[0] + 1})
+@sources.texts.register(Transcript)
+def _transcript_texts(t: Transcript) -> Iterator[tuple[tuple[int], str]]:
+    for i, turn in enumerate(t.turns):
+        yield (i,), turn
 
 
-def test_a_document_type_plugs_into_the_seam():
-    """How a loader's document type says where a passage is: it registers `texts` and `locate`;
+@sources.locate.register(Transcript)
+def _transcript_locate(t: Transcript, item: tuple, start: int, end: int) -> Location:
+    loc = sources.locate(t.turns[item[0]], (), start, end)
+    return replace(loc, item=tuple(item), file=t.name, unit="turn", number=item[0] + 1)
+
+
+def test_a_context_type_plugs_into_the_seam():
+    """How another context type says where a passage is: it registers `texts` and `locate`;
     the containers around it (a dict of files) compose with it."""
-    folder = {"report.pdf": Pdf("report.pdf", ["Cover", "Intro\nRevenue rose 12% in 2025."]),
+    folder = {"calls/monday.txt": Transcript("monday.txt", ["Hello", "Intro\nRevenue rose 12%."]),
               "notes.txt": "misc"}
-    s = one("Revenue rose 12% in 2025", folder)
+    s = one("Revenue rose 12%", folder)
     assert s.found and s.location is not None
-    assert (s.location.path, s.location.page, s.location.line) == ("report.pdf", 2, 2)
-    assert s.location.item == ["report.pdf", 1]
-    assert s.location.label == "report.pdf, page 2, line 2"
+    assert (s.location.file, s.location.unit, s.location.number, s.location.line) == \
+        ("calls/monday.txt", "turn", 2, 2)
+    assert s.location.item == ("calls/monday.txt", 1)
+    assert s.location.label == "calls/monday.txt, turn 2, line 2"
+
+
+# ---------------------------------------------------------------- documents (recursa.documents)
+AUDIT = "The audit found 14 unsigned invoices in March."
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real PDF (fpdf2, as tests/helpers_documents.py builds them) whose page 2 reads: a
+    title, a paragraph, then AUDIT on its third line."""
+    t = hd.Texts(paras=[f"Paragraph {i} says nothing of note." for i in range(5)] + [AUDIT],
+                 titles=["Cover", "Findings"])
+    folder = tmp_path_factory.mktemp("docs") / "finance"
+    folder.mkdir()
+    return hd.pdf(folder / "report.pdf", t, pages=3)
+
+
+def test_a_pdf_source_is_located_by_file_page_and_line(report: Path):
+    """The one Location type: a quote from a PDF context is at `report.pdf, page 2, line 3`,
+    whether the context is the file, its loaded Document, one of its pages or its folder."""
+    s = one(AUDIT, report)                       # a Path: loaded as `recursa run` loads it
+    assert s.found and s.match == "exact" and s.location is not None
+    loc = s.location
+    assert loc.label == "report.pdf, page 2, line 3"
+    assert (loc.file, loc.unit, loc.number, loc.line, loc.end_line) == \
+        ("report.pdf", "page", 2, 3, None)
+    doc = load(report)
+    assert doc.pages[1][loc.start:loc.end] == AUDIT == doc[loc.doc_start:loc.doc_end]
+    assert loc == documents_locate(doc, loc.doc_start, loc.doc_end)   # the same answer
+    assert isinstance(loc, DocLocation)                               # the same type
+    assert one(AUDIT, doc).location == loc
+    page = one(AUDIT, doc.pages[1]).location                          # a Part as context
+    assert page is not None and page.label == "report.pdf, page 2, line 3"
+    assert (page.doc_start, page.doc_end) == (loc.doc_start, loc.doc_end)
+    # a folder: the file's path in it; a quote over two lines of the page
+    s = one("Paragraph 1 says nothing of note. The audit found", report.parent.parent)
+    assert s.found and s.match == "normalized" and s.location is not None
+    assert s.location.label == "finance/report.pdf, page 2, lines 2-3"
+    assert s.location.item == ("finance/report.pdf",)
+
+
+def test_a_run_over_a_pdf_reports_its_sources_page(report: Path, tmp_path: Path):
+    """End to end through the loop and a real sandbox: the model quotes the page it read."""
+    trace = tmp_path / "t.jsonl"
+    code = ('page = context.pages[1]\nprint(page)\n'
+            'FINAL("14", sources=[page.splitlines()[2]])')
+    res = RLM(model=script(repl(code)), sandbox="local", trace_path=trace,
+              sources=True).completion("How many unsigned invoices?", context=report)
+    assert res.status == "final" and res.answer == "14" and res.sources_verified is True
+    [s] = res.sources
+    assert s.text == AUDIT and s.location is not None
+    assert s.location.label == "report.pdf, page 2, line 3"
+    final = [e for e in load_events(trace) if e.kind == "final"][0]
+    assert final.data["sources"][0]["location"]["label"] == "report.pdf, page 2, line 3"
 
 
 def test_render_lists_found_and_unfound_sources():

@@ -12,24 +12,28 @@ A long found passage (a whole piece the model read) is narrowed to the line that
 the answer's words, so the location points at the evidence, not at 4,000 characters around it.
 
 The seam for context types is two `functools.singledispatch` functions, defined here for str,
-list, tuple and dict:
+list, tuple, dict and the loaded documents of `recursa.documents` (Document, Part):
 
 - `texts(value)` yields the text leaves of a context value with their address (`item`: the keys
   and indexes from the value down to the text);
 - `locate(value, item, start, end)` says where the span [start, end) of the leaf at `item` is:
-  a `Location` with the file (`path`), page, sheet and lines.
+  a `Location` (the one type `recursa.documents.locate` returns too) with the file, the page /
+  sheet / slide, the lines and the offsets.
 
-A document type (pages of a PDF, sheets of a workbook) registers both for its class:
+A Document is a str holding its whole text, so it is one leaf: a quote is found anywhere in it,
+and its locator names the page it is on (`report.pdf, page 2, line 3`); in a folder the file is
+the document's path there. Another context type registers both for its class:
 
-    @sources.texts.register(PdfDocument)
-    def _(doc):
-        for i, page in enumerate(doc.pages):
-            yield (i,), page.text
+    @sources.texts.register(Transcript)
+    def _(t):
+        for i, turn in enumerate(t.turns):
+            yield (i,), turn.text
 
-    @sources.locate.register(PdfDocument)
-    def _(doc, item, start, end):
-        loc = sources.locate(doc.pages[item[0]].text, (), start, end)   # its lines
-        return loc.model_copy(update={"item": list(item), "path": doc.name, "page": item[0] + 1})
+    @sources.locate.register(Transcript)
+    def _(t, item, start, end):
+        loc = sources.locate(t.turns[item[0]].text, (), start, end)   # its lines
+        return dataclasses.replace(loc, item=tuple(item), file=t.name, unit="turn",
+                                   number=item[0] + 1)
 
 and the containers around it (a dict of files, a list of documents) compose with it.
 """
@@ -41,9 +45,12 @@ import functools
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from recursa.documents import model as documents
+from recursa.documents.model import Document, Part
 from recursa.types import Location, Source, SourceMatch
 
 Key = str | int
@@ -103,9 +110,20 @@ def locate(value: Any, item: Item, start: int, end: int) -> Location:
 
 @locate.register
 def _locate_str(value: str, item: Item, start: int, end: int) -> Location:
-    line = value.count("\n", 0, start) + 1
-    return Location(start=start, end=end, line=line,
-                    end_line=line + value.count("\n", start, max(start, end - 1)))
+    return documents.locate(value, start, end)
+
+
+# A loaded document (recursa.documents) is a str holding its whole text, so `texts` finds a
+# quote anywhere in it; its locator says which page / slide / sheet the span is on, and the line
+# there. A Part (`doc.pages[1]`, given as a context by itself) knows its document and number.
+@locate.register
+def _locate_document(value: Document, item: Item, start: int, end: int) -> Location:
+    return documents.locate(value, start, end)
+
+
+@locate.register
+def _locate_part(value: Part, item: Item, start: int, end: int) -> Location:
+    return documents.locate_part(value, start, end)
 
 
 @locate.register(list)
@@ -114,20 +132,21 @@ def _locate_seq(value: list[Any] | tuple[Any, ...], item: Item, start: int,
                 end: int) -> Location:
     child = value[int(item[0])]
     loc = locate(child, item[1:], start, end)
-    update: dict[str, Any] = {"item": [item[0], *loc.item]}
+    update: dict[str, Any] = {"item": (item[0], *loc.item)}
     if isinstance(child, dict):     # a record's field names are not a file path
-        update["path"] = None
-    return loc.model_copy(update=update)
+        update["file"] = None
+    return replace(loc, **update)
 
 
 @locate.register
 def _locate_dict(value: dict, item: Item, start: int, end: int) -> Location:  # type: ignore[type-arg]
     key = item[0]
     loc = locate(value[key], item[1:], start, end)
-    # a directory's key is the file's path, which a document's own name ends it (no repeat)
-    named = loc.path is None or str(key) == loc.path or str(key).endswith("/" + loc.path)
-    path = str(key) if named else f"{key}/{loc.path}"
-    return loc.model_copy(update={"item": [key, *loc.item], "path": path})
+    # a directory's key is the file's path, which a document's own name ends (no repeat); an
+    # archive's members are under its key
+    named = loc.file is None or str(key) == loc.file or str(key).endswith("/" + loc.file)
+    file = str(key) if named else f"{key}/{loc.file}"
+    return replace(loc, item=(key, *loc.item), file=file)
 
 
 # ---------------------------------------------------------------- checking an answer's sources

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field, computed_field, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 Message = dict[str, Any]  # {"role": "system"|"user"|"assistant", "content": str}
 
@@ -267,37 +268,57 @@ class RoleUsage(BaseModel):
 AnswerSource = Literal["final", "answer_variable", "extraction_turn", "none"]
 
 
-class Location(BaseModel):
-    """Where a passage is in the context (recursa.sources.locate): the text it is in, reached
-    from `context` through `item` (keys and indexes; empty when the context is one text), and
-    the passage's span and lines in that text. Document types add their page or sheet."""
+@pydantic_dataclass(frozen=True, slots=True)
+class Location:
+    """Where a span of a context's text lies: one type for `recursa.documents.locate` and the
+    answer's sources (`recursa.sources.locate`), also `recursa.documents.Location`.
 
-    item: list[str | int] = Field(default_factory=list)
-    path: str | None = None             # the file (a directory's key, a document's name)
-    page: int | None = None             # 1-based page or slide of a document
-    sheet: str | None = None            # a spreadsheet's sheet
-    line: int | None = None             # 1-based first and last line of the passage
-    end_line: int | None = None
-    start: int = 0                      # characters [start, end) of that text
+    `file`: the document's name or its path inside a folder/archive (None for a plain text
+    context); `unit`: "page", "slide", "sheet", "section", "chapter" or "table" (None when the span
+    is outside any part, or the text has no parts); `number` (1-based) and `name` of that unit;
+    `line`: 1-based line in the unit (else in the whole text) where the span starts, `end_line`
+    the line it ends on when that is another; `start`/`end`: character offsets in the unit's text
+    (else the whole text); `doc_start`/`doc_end`: offsets in the whole text of the document;
+    `item`: the keys and indexes that reach that text from `context` (empty for one text)."""
+
+    file: str | None = None
+    unit: str | None = None
+    number: int | None = None
+    name: str | None = None
+    line: int = 1
+    start: int = 0
     end: int = 0
+    doc_start: int = 0
+    doc_end: int = 0
+    end_line: int | None = None
+    item: tuple[str | int, ...] = ()
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def label(self) -> str:
-        """A short human address: `notes/a.txt, lines 3-4`, `context[2], line 1`."""
+        """A short human address: `report.pdf, page 2, line 3`, `notes/a.txt, lines 3-4`,
+        `context[2], line 1`."""
         parts = []
-        if self.path is not None:
-            parts.append(self.path)
+        if self.file is not None:
+            parts.append(self.file)
         elif self.item:
             parts.append("context" + "".join(f"[{k!r}]" for k in self.item))
-        if self.sheet is not None:
-            parts.append(f"sheet {self.sheet}")
-        if self.page is not None:
-            parts.append(f"page {self.page}")
-        if self.line is not None:
-            parts.append(f"line {self.line}" if self.end_line in (None, self.line)
-                         else f"lines {self.line}-{self.end_line}")
-        return ", ".join(parts) or f"characters {self.start}-{self.end}"
+        if self.unit:
+            parts.append(self._unit())
+        parts.append(f"line {self.line}" if self.end_line in (None, self.line)
+                     else f"lines {self.line}-{self.end_line}")
+        return ", ".join(parts)
+
+    def _unit(self) -> str:
+        return f"{self.unit} {self.number}" + (f" ({self.name})" if self.name else "")
+
+    def __str__(self) -> str:
+        bits = [self.file] if self.file else []
+        if self.unit:
+            bits.append(self._unit())
+        bits.append(f"line {self.line}")
+        bits.append(f"chars {self.start}-{self.end}")
+        return ", ".join(bits)
 
 
 # How a source was found in the context: the quote as it stands (exact), the same words with
