@@ -119,7 +119,8 @@ def test_locate_gives_file_page_line_and_offsets(files: dict[str, Path], t: h.Te
     assert str(loc).startswith(f"deck.pptx, slide 2 ({t.titles[5]}), line ")
     # a folder context: the key is the file
     folder = {"a/deck.pptx": doc, "b.txt": "one\ntwo\nthree"}
-    assert locate(folder, 4, 7, key="b.txt") == Location("b.txt", None, None, None, 2, 4, 7, 4, 7)
+    assert locate(folder, 4, 7, key="b.txt") == \
+        Location("b.txt", None, None, None, 2, 4, 7, 4, 7, item=("b.txt",))
     sheet = load(files["xlsx"])
     j = sheet.index("count\tlongest")
     loc = locate(sheet, j, j + 5)

@@ -175,3 +175,46 @@ def test_live_view_follows_a_growing_trace(driver, tmp_path: Path):
         assert severe_logs(driver) == []
     finally:
         server.close()
+
+
+def test_answer_sources_are_shown_with_their_passages_highlighted(driver, tmp_path: Path):
+    """A run whose answer carries one found and one invented source: the badge says so, and
+    the run's detail shows the found passage marked inside its text and the other as not
+    found."""
+    from recursa import RLM
+    from recursa.models.replay import ReplayClient
+    driver.get("about:blank")     # leave an earlier test's page (a live one polls) behind
+    driver.get_log("browser")
+    p = tmp_path / "src.jsonl"
+    ctx = "".join(f"Note {i}: nothing to report.\n" for i in range(30)).replace(
+        "Note 12: nothing to report.", "Note 12: the <b>Ada</b> meeting was held in Lyon.")
+    commit = ('```repl\nFINAL("Lyon", sources=["the <b>Ada</b> meeting was held in Lyon", '
+              '"an invented line about Paris and the town hall"])\n```')
+    res = RLM(model=ReplayClient([commit]), sandbox="inprocess", trace_path=p).completion(
+        "Where was the Ada meeting?", context=ctx)
+    assert res.sources_verified is False
+    driver.get(write_html(p).resolve().as_uri())
+    WebDriverWait(driver, 10).until(lambda d: d.execute_script("return !!window.__recursa"))
+    badge = driver.find_element(By.ID, "srcbadge")
+    assert badge.is_displayed() and badge.text == "sources 1/2 unverified"
+    assert "src-bad" in badge.get_attribute("class")
+    badge.click()
+    items = driver.find_elements(By.CSS_SELECTOR, "#detail .src")
+    assert [i.get_attribute("data-found") for i in items] == ["1", "0"]
+    assert "1 of 2 found" in driver.find_element(By.CSS_SELECTOR, "#detail .sources h3").text.lower()
+    mark = items[0].find_element(By.CSS_SELECTOR, "mark.passage")
+    # the passage is marked as text (markup in a trace never becomes HTML), inside its line
+    assert mark.text == "the <b>Ada</b> meeting was held in Lyon"
+    assert not items[0].find_elements(By.TAG_NAME, "b")
+    assert "line 13" in items[0].find_element(By.CLASS_NAME, "head").text
+    assert "Note 12: " in items[0].find_element(By.CSS_SELECTOR, "pre").text
+    assert "NOT FOUND" in items[1].find_element(By.CLASS_NAME, "head").text
+    assert "town hall" in items[1].find_element(By.CSS_SELECTOR, "pre.bad").text
+    # a run without sources shows no badge
+    q = tmp_path / "plain.jsonl"
+    RLM(model=ReplayClient(['```repl\nFINAL("Lyon")\n```']), sandbox="inprocess",
+        trace_path=q).completion("Where?", context=ctx)
+    driver.get(write_html(q).resolve().as_uri())
+    WebDriverWait(driver, 10).until(lambda d: d.execute_script("return !!window.__recursa"))
+    assert not driver.find_element(By.ID, "srcbadge").is_displayed()
+    assert severe_logs(driver) == []

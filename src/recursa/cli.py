@@ -174,7 +174,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
             from recursa.console import ConsoleView
             view = ConsoleView(stderr_console(), budget=opts.limits())
         rlm = opts.build(trace_path=trace, trace_dir=None if trace else a.trace_dir,
-                         sinks=[view] if view else None, preflight=False)
+                         sinks=[view] if view else None, preflight=False, sources=a.sources)
     except (RecursaError, ValueError, TypeError, OSError) as e:
         notes.error(plain_error(e))
         return EXIT_USAGE
@@ -195,6 +195,11 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         print(json.dumps(res.parsed, ensure_ascii=False))
     else:
         print(res.answer)
+    from recursa import sources
+    if a.sources and not a.json:
+        print("\n" + sources.render(res.sources))
+    if sources.warning(res.sources):
+        notes.warn(f"warning: {sources.warning(res.sources)}")
     if not a.quiet and a.events != "jsonl":
         cost = "unknown" if res.cost_usd is None else f"${res.cost_usd:.4f}"
         tokens = sum(u.usage.total_tokens for u in res.usage.values())
@@ -309,6 +314,9 @@ def register(sub: Any) -> None:
                    help="JSON schema the answer must match; stdout is then the validated JSON")
     r.add_argument("--json", action="store_true",
                    help="print the full Result as JSON on stdout instead of the answer")
+    r.add_argument("--sources", action="store_true",
+                   help="ask the model for the passages its answer rests on, check them "
+                   "against the context and print them after the answer")
     add_model_options(r)
     r.set_defaults(fn=cmd_run, preload=("recursa.rlm", "recursa.preflight"))
 

@@ -84,6 +84,26 @@ def hold_ungrounded(st: RunState, source: str, ran_code: bool,
     return _unready(st, ran_code, prompts.UNGROUNDED.format(number=number))
 
 
+# variables that usually hold the text a small model read (the worked example's `pieces` first)
+_PASSAGE_VARS = ("pieces", "piece", "snippets", "snippet", "chunks", "chunk", "passages",
+                 "passage", "matches", "lines", "hits_text", "text")
+
+
+def hold_unsourced(st: RunState, ran_code: bool, extra: dict[str, Any]) -> Nudge | None:
+    """With sources asked for (RLM(sources=True)): the first commit that gives none is held
+    once, and the model is shown the line that commits it with sources (naming a variable it
+    has that likely holds what it read). A second commit is accepted either way."""
+    if st.final is None or not st.final.strip() or st.answer.get("sources") or \
+            st.sources_asked:
+        return None
+    st.sources_asked = True
+    extra["held"] = {"answer": st.final, "sources": "none given"}
+    name = next((v for v in _PASSAGE_VARS if v in st.variables), None)
+    passage = "context[start:end]" if name is None else \
+        f"{name}[0]" if name.endswith("s") else name
+    return _unready(st, ran_code, prompts.NO_SOURCES.format(passage=passage))
+
+
 def to_structure(st: RunState, spec: OutputSpec) -> str | None:
     """A commit written as plain text (not JSON at all) that does not match the output schema:
     the loop first gives it to one sub-call that fills the schema from it
@@ -122,11 +142,13 @@ def hold_invalid(st: RunState, spec: OutputSpec, ran_code: bool,
 def _unready(st: RunState, ran_code: bool, note: str) -> Nudge:
     """Turn the commit back into a draft (the nudge's code does it in the REPL too); the
     message, after the turn's output when code ran."""
-    st.answer = {"content": st.final, "ready": False}
+    # the draft keeps the sources the commit gave (recursa.sources), in the REPL too
+    st.answer = {**st.answer, "content": st.final, "ready": False}
     st.final = None
     st.last_code = None     # sending the same commit again confirms it
     return Nudge(f"{st.last_shown}\n\n{note}" if ran_code else note,
-                 repl=f"answer = {st.answer!r}")
+                 repl=f"answer = {{**(answer if isinstance(answer, dict) else {{}}), "
+                 f"'content': {st.answer['content']!r}, 'ready': False}}")
 
 
 def ungrounded(st: RunState, answer: str, source: str) -> str | None:

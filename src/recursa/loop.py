@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from recursa import context as ctx
-from recursa import planner, prompts
+from recursa import planner, prompts, sources
 from recursa.budget import Budget, Ledger
 from recursa.compaction import abridge, compact, history_budget, history_code, msg_tokens, over
 from recursa.dispatch import Dispatcher, Node, wall_limit
 from recursa.guards import (
     hold_invalid,
     hold_ungrounded,
+    hold_unsourced,
     plain_digits,
     prose,
     repeated,
@@ -105,6 +106,7 @@ class RunEnv:
     preface: str | None = None    # under the top-level query in its first message (sessions)
     example: bool = True          # the worked example in the system prompt
     strategy: str = "code"        # code | plan | auto (recursa.planner)
+    sources: bool = False         # the root is taught to attach sources (recursa.sources)
     dispatcher: Dispatcher = field(init=False)
 
     def __post_init__(self) -> None:
@@ -173,6 +175,7 @@ class Run:
         self.calls: set[asyncio.Task[Any]] = set()   # the REPL's calls being served
         self.asked: Ask | None = None                # the Ask the next step answers
         self.result: Result | None = None
+        self.context: Any = None     # what the run was given: its answer's sources are checked
 
     @property
     def messages(self) -> list[Message]:
@@ -183,6 +186,7 @@ class Run:
     async def start(self, context: Any) -> Step:
         """Load the context, start the sandbox, write the first messages (and, in plan mode,
         run the plan): the first Ask."""
+        self.context = context
         self.rec.start(query=self.query, model=self.env.root_client.name,
                        budget=self.env.budget.model_dump())
         return await self._guarded(self._begin(context))
@@ -233,6 +237,9 @@ class Run:
             await self._stop_calls()
             if self.workdir is not None:
                 shutil.rmtree(self.workdir, ignore_errors=True)
+            if self.depth == 0:     # the answer's sources, looked up in the context
+                self.st.sources = await sources.acheck(self.st.answer, self.st.final,
+                                                       self.context)
         finally:   # even when cancelled again: the trace gets this run's final and end
             res = self.result = self._result()
             # tree totals only on the top-level run: a child's own are its subtree's sums
@@ -372,6 +379,8 @@ class Run:
                 structured(st, filled, extra)
             else:
                 held = hold_invalid(st, self.output, bool(blocks), extra)
+        if held is None and self.env.sources and self.depth == 0:
+            held = hold_unsourced(st, bool(blocks), extra)
         return blocks, (await self._apply(held) if held is not None else None) or nudge, failed
 
     async def _apply(self, nudge: Nudge) -> str | None:
@@ -552,7 +561,8 @@ class Run:
             self.query, prep.description, max_output_chars=env.max_output_chars,
             sub_context_chars=env.sub_context_chars, tips=env.tips, tool_names=env.tool_names,
             system_template=env.system_template, example=env.example, output=self.output,
-            preface=env.preface if self.depth == 0 else None)
+            preface=env.preface if self.depth == 0 else None,
+            sources=env.sources and self.depth == 0)
         st.first_user = st.messages[1]["content"]
         st.seen.append(plain_digits(st.first_user))
         st.full = list(st.messages)
@@ -636,23 +646,26 @@ class Run:
                            ready=status == "final", answer_source=source, turns=st.turns,
                            elapsed_s=round(time.monotonic() - self.t0, 4), error=error,
                            limit=st.limit, parsed=parsed, output_error=output_error,
-                           trace_path=self.env.trace_path)
+                           trace_path=self.env.trace_path, sources=st.sources,
+                           sources_verified=sources.verdict(st.sources))
 
 
 def first_messages(query: str, description: str, *, max_output_chars: int = 8192,
                    sub_context_chars: int = 100_000, tips: str | None = None,
                    tool_names: list[str] | None = None, system_template: str | None = None,
                    example: bool = True, output: OutputSpec | None = None,
-                   preface: str | None = None) -> list[Message]:
+                   preface: str | None = None, sources: bool = False) -> list[Message]:
     """A run's system and first user message (a verifiers dataset's prompt is built here too,
-    so the policy sees what the step machine records)."""
+    so the policy sees what the step machine records). `sources`: the rule and worked example
+    that ask for the answer's sources (recursa.sources)."""
     first_line = description.splitlines()[0] if description else ""
     ctype = first_line.removeprefix("source: ") if first_line.startswith("source:") else first_line
     system = prompts.system_prompt(context_type=ctype.removeprefix("type: "),
                                    max_output_chars=max_output_chars,
                                    sub_chars=sub_context_chars, tips=tips,
                                    tool_names=tool_names, template=system_template,
-                                   example=example, search=search_available())
+                                   example=example, search=search_available(),
+                                   sources=sources)
     first = prompts.FIRST_USER.format(query=query, description=description)
     if preface:
         first += "\n\n" + preface

@@ -20,7 +20,7 @@ sub-tasks to recursive copies of yourself, each with its own REPL.
 (over several turns if needed); set answer["ready"] = True only when it is final.
 - `FINAL(value)` commits the answer and ends the run; `FINAL_VAR("name")` commits the variable \
 called `name`. `SHOW_VARS()` lists your variables.
-{tools}
+{sources}{tools}
 How to work: look at the context (its length, a sample). A question about the context itself \
 (how many lines or records, the longest entry) needs code only, e.g. \
 `len(context.splitlines())`. Otherwise search it with code (slicing, str.find, re; `re`, \
@@ -58,6 +58,24 @@ Turn 3:
 FINAL("Lyon")
 ```
 """
+
+# RLM(sources=True) / --sources: the answer carries the passages it rests on (recursa.sources)
+SOURCES = """- Sources: commit with `FINAL(value, sources=[passage, ...])`, or set \
+`answer["sources"] = [passage, ...]` next to answer["content"]. A passage is text of `context` \
+your answer rests on (the piece you read, e.g. `pieces[0]`, or a search() hit). They are checked \
+against the context and shown to the user with the answer.
+"""
+
+NO_SOURCES = """Not committed yet: give the passages of `context` your answer rests on \
+(the text you read that shows the answer; it is kept as a draft in answer["content"]). Commit it \
+with them:
+```repl
+FINAL(answer["content"], sources=[{passage}])
+```"""
+
+# the worked example's last turn when sources are asked for
+EXAMPLE_FINAL = 'FINAL("Lyon")'
+EXAMPLE_FINAL_SOURCES = 'FINAL("Lyon", sources=[pieces[0]])'
 
 # search() is answered on the host (recursa/search_host.py) when the `search` extra is installed
 SEARCH = """- `search(query, k=5)`: the k passages closest to the query by meaning and by \
@@ -141,9 +159,10 @@ TOOLS_LINE = "- Your sub-models (llm_query, llm_batch) can use these tools, whic
 def system_prompt(*, context_type: str, max_output_chars: int, sub_chars: int = 100_000,
                   tips: str | None = None, tool_names: list[str] | None = None,
                   template: str | None = None, example: bool = True,
-                  search: bool = False) -> str:
+                  search: bool = False, sources: bool = False) -> str:
     """The root's system prompt; `example=False` leaves the worked example out (to ablate it:
-    it was written on dev tasks, and a small model may copy it onto unrelated questions)."""
+    it was written on dev tasks, and a small model may copy it onto unrelated questions).
+    `sources=True` adds the rule and the example's commit with sources (recursa.sources)."""
     tools = TOOLS_LINE.format(names=", ".join(tool_names)) if tool_names else ""
     tips_s = f"\n<tips>\n{tips.strip()}\n</tips>\n" if tips else ""
     return (template or SYSTEM).format(context_type=context_type,
@@ -151,4 +170,11 @@ def system_prompt(*, context_type: str, max_output_chars: int, sub_chars: int = 
                                        chunk=max(1000, min(20_000, sub_chars // 2)),
                                        tools=tools, tips=tips_s, combinators=COMBINATORS,
                                        search=SEARCH if search else "",
-                                       example=EXAMPLE if example else "")
+                                       sources=SOURCES if sources else "",
+                                       example=(_example_with_sources() if sources else EXAMPLE)
+                                       if example else "")
+
+
+def _example_with_sources() -> str:
+    assert EXAMPLE_FINAL in EXAMPLE, "the worked example's commit changed: update EXAMPLE_FINAL"
+    return EXAMPLE.replace(EXAMPLE_FINAL, EXAMPLE_FINAL_SOURCES)

@@ -110,6 +110,9 @@ class RunRecorder:
                                     answer_source=res.answer_source)
         if res.output_error is not None:
             data["output_error"] = res.output_error
+        if res.sources:      # checked against the context (recursa.sources); the viewer shows them
+            data["sources"] = [src.model_dump(exclude_none=True) for src in res.sources]
+            data["sources_verified"] = res.sources_verified
         self.tracer.emit("final", parent=self.id, depth=self.depth, **data)
         self.tracer.emit(self.kind, id=self.id, phase="end", parent=self.parent,
                          depth=self.depth, status=res.status, turns=res.turns,

@@ -65,6 +65,9 @@ class RLM:
     `strategy`: "code" (free-form code, the default), "plan" (the root first fills a typed plan
     the runtime runs with a known bound: recursa.planner) or "auto" (plan for small models).
     `example=False` leaves the worked example out of the system prompt.
+    `sources=True` teaches the root to attach the passages its answer rests on
+    (`FINAL(answer, sources=[...])`); sources a run's answer carries are checked against the
+    context either way: `Result.sources`, `Result.sources_verified` (recursa.sources).
     """
 
     def __init__(self, model: str | ModelClient | None = None,
@@ -88,7 +91,7 @@ class RLM:
                  cache: bool | str | os.PathLike[str] | ResponseCache | None = None,
                  cache_nondeterministic: bool = False,
                  prices: Mapping[str, Any] | None = None, preflight: bool = True,
-                 strategy: str = "code", example: bool = True,
+                 strategy: str = "code", example: bool = True, sources: bool = False,
                  **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
@@ -134,6 +137,7 @@ class RLM:
         from recursa.planner import check_strategy
         self.strategy = check_strategy(strategy)
         self.example = bool(example)
+        self.sources = bool(sources)
         # shown under the query in the root's first message (a session's earlier Q&A)
         self.preface: str | None = None
 
@@ -207,7 +211,7 @@ class RLM:
                          sub_context_chars=_context_chars(sub),
                          last_turn_seconds=self.last_turn_seconds, output=output,
                          preface=scope.preface or self.preface, example=self.example,
-                         strategy=self.strategy)
+                         strategy=self.strategy, sources=self.sources)
             return await run_loop(env, query, context)
         finally:
             deadline.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from recursa.types import Message
+from recursa.types import Message, Source
 
 
 @dataclass
@@ -41,6 +41,8 @@ class RunState:
     seen: list[str] = field(default_factory=list)   # what the model was shown (query, outputs)
     held: bool = False            # a commit with a number never shown was held once
     extracted: bool = False       # answer["content"] came from the last-answer turn's reply
+    sources_asked: bool = False   # a commit without sources was held once (RLM(sources=True))
+    sources: list[Source] = field(default_factory=list)  # the answer's, checked (recursa.sources)
 
     def append(self, msg: Message) -> None:
         """A message of the conversation: sent from now on, and kept in full."""

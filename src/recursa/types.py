@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, computed_field, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 Message = dict[str, Any]  # {"role": "system"|"user"|"assistant", "content": str}
 
@@ -267,6 +268,78 @@ class RoleUsage(BaseModel):
 AnswerSource = Literal["final", "answer_variable", "extraction_turn", "none"]
 
 
+@pydantic_dataclass(frozen=True, slots=True)
+class Location:
+    """Where a span of a context's text lies: one type for `recursa.documents.locate` and the
+    answer's sources (`recursa.sources.locate`), also `recursa.documents.Location`.
+
+    `file`: the document's name or its path inside a folder/archive (None for a plain text
+    context); `unit`: "page", "slide", "sheet", "section", "chapter" or "table" (None when the span
+    is outside any part, or the text has no parts); `number` (1-based) and `name` of that unit;
+    `line`: 1-based line in the unit (else in the whole text) where the span starts, `end_line`
+    the line it ends on when that is another; `start`/`end`: character offsets in the unit's text
+    (else the whole text); `doc_start`/`doc_end`: offsets in the whole text of the document;
+    `item`: the keys and indexes that reach that text from `context` (empty for one text)."""
+
+    file: str | None = None
+    unit: str | None = None
+    number: int | None = None
+    name: str | None = None
+    line: int = 1
+    start: int = 0
+    end: int = 0
+    doc_start: int = 0
+    doc_end: int = 0
+    end_line: int | None = None
+    item: tuple[str | int, ...] = ()
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def label(self) -> str:
+        """A short human address: `report.pdf, page 2, line 3`, `notes/a.txt, lines 3-4`,
+        `context[2], line 1`."""
+        parts = []
+        if self.file is not None:
+            parts.append(self.file)
+        elif self.item:
+            parts.append("context" + "".join(f"[{k!r}]" for k in self.item))
+        if self.unit:
+            parts.append(self._unit())
+        parts.append(f"line {self.line}" if self.end_line in (None, self.line)
+                     else f"lines {self.line}-{self.end_line}")
+        return ", ".join(parts)
+
+    def _unit(self) -> str:
+        return f"{self.unit} {self.number}" + (f" ({self.name})" if self.name else "")
+
+    def __str__(self) -> str:
+        bits = [self.file] if self.file else []
+        if self.unit:
+            bits.append(self._unit())
+        bits.append(f"line {self.line}")
+        bits.append(f"chars {self.start}-{self.end}")
+        return ", ".join(bits)
+
+
+# How a source was found in the context: the quote as it stands (exact), the same words with
+# other spacing, case or quote marks (normalized), or a close match (fuzzy, rapidfuzz)
+SourceMatch = Literal["exact", "normalized", "fuzzy"]
+
+
+class Source(BaseModel):
+    """A passage an answer rests on, as the model quoted it and as recursa found it (or not)."""
+
+    quote: str                          # what the model gave (cut to QUOTE_KEEP characters)
+    found: bool = False
+    match: SourceMatch | None = None
+    score: float = 0.0                  # 100 for exact / normalized; rapidfuzz's for fuzzy
+    text: str | None = None             # the passage as the context has it
+    location: Location | None = None
+    before: str = ""                    # a little of the text around the passage, for display
+    after: str = ""
+    note: str | None = None             # why it was not found, or how it was narrowed
+
+
 class Result(BaseModel):
     answer: str
     status: Status
@@ -287,6 +360,11 @@ class Result(BaseModel):
     error: str | None = None
     limit: str | None = None            # which limit ended the run, if one did
     run_id: str = ""
+    # the passages the answer rests on, checked against the context (recursa.sources);
+    # sources_verified: None when the answer gave none, True when every one was found, False
+    # when one or more was not (a flag, never passed silently)
+    sources: list[Source] = Field(default_factory=list)
+    sources_verified: bool | None = None
 
     @model_validator(mode="after")
     def _source(self) -> Result:

@@ -9,58 +9,47 @@ character offsets; `locate()` finds it from offsets into a context's text.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from recursa.sandbox.worker import DOC_MARK, Document, Part
+from recursa.types import Location  # one type for documents and sources (recursa.sources)
 
-__all__ = ["DOC_MARK", "Document", "Location", "Part", "locate", "revive", "to_wire"]
-
-
-@dataclass(frozen=True, slots=True)
-class Location:
-    """Where a span of a context's text lies.
-
-    `file`: the document's name or its path inside a folder/archive (None for a plain text
-    context); `unit`: "page", "slide", "sheet", "section", "chapter" or "table" (None when the span
-    is outside any part, or the text has no parts); `number` (1-based) and `name` of that unit;
-    `line`: 1-based line in the unit (else in the whole text) where the span starts; `start`/`end`:
-    character offsets in the unit's text (else the whole text); `doc_start`/`doc_end`: offsets in
-    the whole text of the document (`context`, or `context[key]`)."""
-
-    file: str | None
-    unit: str | None
-    number: int | None
-    name: str | None
-    line: int
-    start: int
-    end: int
-    doc_start: int
-    doc_end: int
-
-    def __str__(self) -> str:
-        bits = [self.file] if self.file else []
-        if self.unit:
-            bits.append(f"{self.unit} {self.number}" + (f" ({self.name})" if self.name else ""))
-        bits.append(f"line {self.line}")
-        bits.append(f"chars {self.start}-{self.end}")
-        return ", ".join(bits)
+__all__ = ["DOC_MARK", "Document", "Location", "Part", "locate", "locate_part", "revive",
+           "to_wire"]
 
 
 def _locate_in(text: str, start: int, end: int, file: str | None) -> Location:
+    """The span [start, end) of `text` (a str, or a Document: then its page / sheet / ...)."""
     if not 0 <= start <= end <= len(text):
         raise ValueError(f"span {start}-{end} is outside the text ({len(text):,} characters)")
+    s, e = 0, len(text)
+    unit: dict[str, Any] = {}
     if isinstance(text, Document) and text._raw:
         starts = [p[3] for p in text._raw]
         i = bisect.bisect_right(starts, start) - 1
-        if i >= 0:
+        if i >= 0 and start <= text._raw[i][4]:
             kind, number, name, s, e, _ = text._raw[i]
-            if start <= e:
-                return Location(file, kind, number, name or None,
-                                text.count("\n", s, start) + 1, start - s,
-                                min(end, e) - s, start, end)
-    return Location(file, None, None, None, text.count("\n", 0, start) + 1, start, end,
-                    start, end)
+            unit = {"unit": kind, "number": number, "name": name or None}
+    return _span(text, s, e, start, end, file=file, **unit)
+
+
+def _span(text: str, s: int, e: int, start: int, end: int, **fields: Any) -> Location:
+    """A Location of [start, end) (offsets in `text`) inside its unit text[s:e]."""
+    stop = min(end, e)
+    line = text.count("\n", s, start) + 1
+    last = line + text.count("\n", start, max(start, stop - 1))
+    return Location(line=line, end_line=None if last == line else last, start=start - s,
+                    end=stop - s, doc_start=start, doc_end=end, **fields)
+
+
+def locate_part(part: Part, start: int, end: int) -> Location:
+    """The span [start, end) of one page / sheet / ... (a Part, as `doc.pages[1]`)."""
+    if not 0 <= start <= end <= len(part):
+        raise ValueError(f"span {start}-{end} is outside the text ({len(part):,} characters)")
+    loc = _span(part, 0, len(part), start, end, file=part.doc or None, unit=part.kind,
+                number=part.number, name=part.name or None)
+    return replace(loc, doc_start=part.start + start, doc_end=part.start + end)
 
 
 def locate(context: Any, start: int, end: int, key: str | int | None = None) -> Location:
@@ -76,7 +65,7 @@ def locate(context: Any, start: int, end: int, key: str | int | None = None) -> 
         raise TypeError(f"context[{key!r}] is a {type(value).__name__}, not text")
     file = str(key) if isinstance(context, dict) else (
         value.name if isinstance(value, Document) and value.name else f"[{key}]")
-    return _locate_in(value, start, end, file)
+    return replace(_locate_in(value, start, end, file), item=(key,))
 
 
 def to_wire(value: Any) -> Any:

@@ -159,6 +159,32 @@ def _tokens(text: str) -> int:
     return (len(text) + 2 * extra + 3) // 4
 
 
+# what an answer's sources may carry to the host (recursa/sources.py checks them there)
+MAX_SOURCES = 20
+MAX_SOURCE_CHARS = 20000
+_SOURCE_KEYS = ("text", "start", "end", "item")
+
+
+def _answer_sources(value: Any) -> list:
+    """`answer["sources"]` as plain JSON: up to MAX_SOURCES quotes (str) or dicts with a text
+    and, like a search() hit, its span (start, end, item); anything else as its str()."""
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    out: list = []
+    for x in items[:MAX_SOURCES]:
+        if isinstance(x, dict):
+            d = {k: x[k] for k in _SOURCE_KEYS if k in x}
+            d["text"] = str(d.get("text", ""))[:MAX_SOURCE_CHARS]
+            for k in ("start", "end"):
+                if k in d and not (isinstance(d[k], int) and not isinstance(d[k], bool)):
+                    del d[k]
+            if "item" in d and not isinstance(d["item"], str | int):
+                d["item"] = str(d["item"])
+            out.append(d)
+        else:
+            out.append((x if isinstance(x, str) else str(x))[:MAX_SOURCE_CHARS])
+    return out
+
+
 def _safe_repr(value: Any, limit: int) -> str:
     # Avoid building a 40 MB repr only to throw most of it away.
     if isinstance(value, str | bytes | bytearray) and len(value) > limit:
@@ -375,20 +401,30 @@ class Repl:
                                          "with keep= or where=")
         return out
 
-    def FINAL(self, text: Any) -> None:  # noqa: N802 - name fixed by the RLM convention
+    def FINAL(self, text: Any, sources: Any = None) -> None:  # noqa: N802 - fixed by the RLM convention
         # Models often write FINAL(answer) with the answer dict itself: commit its content.
-        if isinstance(text, dict) and set(text) <= {"content", "ready"} and "content" in text:
+        if isinstance(text, dict) and set(text) <= {"content", "ready", "sources"} \
+                and "content" in text:
+            sources = text.get("sources") if sources is None else sources
             text = text["content"]
-        self.globals["answer"] = {"content": str(text), "ready": True}
+        self._commit(str(text), sources)
 
-    def FINAL_VAR(self, name: Any) -> None:  # noqa: N802
+    def _commit(self, text: str, sources: Any) -> None:
+        """The answer, final, with the given sources or else those already in `answer`."""
+        prev = self.globals.get("answer")
+        if sources is None and isinstance(prev, dict):
+            sources = prev.get("sources")
+        self.globals["answer"] = {"content": text, "ready": True,
+                                  **({"sources": sources} if sources is not None else {})}
+
+    def FINAL_VAR(self, name: Any, sources: Any = None) -> None:  # noqa: N802
         key = str(name).strip().strip("'\"").strip()
         if key not in self.globals or key in self._helpers:
             shown = ", ".join(self.user_variables()) or "(none)"
             print(f"FINAL_VAR: no variable named {key!r}; the answer was NOT finalized. "
                   f"Defined variables: {shown}")
             return
-        self.globals["answer"] = {"content": str(self.globals[key]), "ready": True}
+        self._commit(str(self.globals[key]), sources)
 
     def SHOW_VARS(self) -> None:  # noqa: N802
         names = self.user_variables()
@@ -479,6 +515,8 @@ class Repl:
             ready = bool(ans.get("ready", False))
             answer = {"content": content if isinstance(content, str) else str(content),
                       "ready": ready}
+            if ans.get("sources") is not None:
+                answer["sources"] = _answer_sources(ans["sources"])
             if ready:
                 final = answer["content"]
         else:

@@ -21,14 +21,14 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from recursa.budget import Budget
 from recursa.options import RLMOptions
 from recursa.rlm import RLM
 from recursa.server.args import add_mcp_options
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend
-from recursa.types import Event, ModelClient, RecursaError
+from recursa.types import Event, ModelClient, RecursaError, Source
 
 INSTRUCTIONS = (
     "rlm_answer answers a question over inputs far larger than a context window (a big file, a "
@@ -52,6 +52,9 @@ class RlmAnswer(BaseModel):
     elapsed_s: float
     limit: str | None = None
     error: str | None = None
+    # the passages the answer rests on, each checked against the input (recursa.sources)
+    sources: list[Source] = Field(default_factory=list)
+    sources_verified: bool | None = None
 
 
 @dataclass
@@ -94,11 +97,12 @@ def build_server(config: McpConfig) -> MCPServer:
     @server.tool()
     async def rlm_answer(question: str, path: str | None = None, text: str | None = None,
                          max_cost_usd: float | None = None, max_seconds: float | None = None,
-                         max_iterations: int | None = None,
+                         max_iterations: int | None = None, sources: bool = False,
                          ctx: Context | None = None) -> RlmAnswer:
         """Answer `question` over a file or directory (`path`) or over `text`, with a Recursive
         Language Model. Returns the answer, how the run ended (`status`), tokens and cost.
-        Optional limits can only lower the server's own caps."""
+        Optional limits can only lower the server's own caps. `sources=true` asks for the
+        passages the answer rests on, each checked against the input."""
         if not question or not question.strip():
             raise ToolError("question is empty")
         if (path is None) == (text is None):
@@ -128,6 +132,8 @@ def build_server(config: McpConfig) -> MCPServer:
         pump = asyncio.create_task(forward())
         rlm = (config.rlm_factory or default_rlm_factory)(
             config, lambda ev: loop.call_soon_threadsafe(queue.put_nowait, ev))
+        if sources:
+            rlm.sources = True
         try:
             res = await rlm.acompletion(question, context, **limits)
         except RecursaError as e:
@@ -141,7 +147,8 @@ def build_server(config: McpConfig) -> MCPServer:
                          cost_usd=res.cost_usd, input_tokens=s["input_tokens"],
                          output_tokens=s["output_tokens"], total_tokens=s["total_tokens"],
                          turns=res.turns, subcalls=res.subcalls, elapsed_s=res.elapsed_s,
-                         limit=res.limit, error=res.error)
+                         limit=res.limit, error=res.error, sources=res.sources,
+                         sources_verified=res.sources_verified)
 
     return server
 

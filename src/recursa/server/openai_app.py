@@ -208,6 +208,7 @@ class ChatRun:
     turn: Turn | None = None                 # what sessions make of it (server/sessions.py)
     session: dict[str, Any] | None = None    # the session it ran in: id, question, reused
     strategy: str | None = None              # `recursa.strategy`: code | plan | auto
+    sources: bool = False                    # `recursa.sources`: ask for the answer's sources
 
 
 def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
@@ -382,6 +383,9 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
     if strategy is not None and strategy not in STRATEGIES:
         raise RequestError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}",
                            param="recursa.strategy")
+    want_sources = rec.pop("sources", False)
+    if not isinstance(want_sources, bool):
+        raise RequestError("sources must be true or false", param="recursa.sources")
     limits, clamped = clamp_limits(config.caps(), rec)
     output = _output_spec(body.get("response_format"))
     opts = body.get("stream_options") or {}
@@ -392,7 +396,7 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
                    include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
                    limits=limits, clamped=clamped, sub_model=sub_model,
                    model_name=str(body.get("model") or config.served_model), output=output,
-                   turn=turn, strategy=strategy)
+                   turn=turn, strategy=strategy, sources=want_sources)
 
 
 def _output_spec(fmt: Any) -> Any:
@@ -446,6 +450,9 @@ def _recursa_field(result: Result, run: ChatRun) -> dict[str, Any]:
         out["output_error"] = result.output_error
     if run.session is not None:
         out["session"] = run.session
+    if result.sources or run.sources:   # the passages the answer rests on, checked
+        out["sources"] = [s.model_dump(mode="json", exclude_none=True) for s in result.sources]
+        out["sources_verified"] = result.sources_verified
     return out
 
 
@@ -501,6 +508,8 @@ class RunResponse:
                     on_event=None if self.pool is not None else progress))
                 if self.run.strategy is not None:
                     rlm.strategy = self.run.strategy
+                if self.run.sources:
+                    rlm.sources = True
             except PreflightError as e:    # e.g. a cost cap on a model with no price
                 await error_response(400, str(e), code="preflight_failed")(scope, receive, send)
                 return

@@ -86,6 +86,11 @@ font-size:11px}
 .b-cell{background:var(--cell)}.b-subcall{background:var(--subcall)}.b-other{background:var(--mut)}
 .b-err{background:var(--err)}
 .usage td{font-variant-numeric:tabular-nums}
+.badge.src-ok{background:#16a34a;cursor:pointer}.badge.src-bad{background:var(--err);cursor:pointer}
+.src{margin:6px 0}.src .head{font-size:12px;margin-bottom:2px}
+.src.bad .head{color:var(--err);font-weight:600}
+pre.src-text mark.passage{background:#bbf7d0;outline:1px solid #16a34a}
+pre.src-text .ctx{color:var(--mut)}
 .empty{color:var(--mut);padding:10px}
 """
 
@@ -462,6 +467,7 @@ function renderDetail(n, needle) {
       detail.appendChild(textBlock("final answer · " + (pd.status || "") + (pd.ready ? " (confirmed)" : ""),
                                    pd.answer || "", "out", needle));
       if (pd.error) detail.appendChild(textBlock("error", pd.error, "bad", needle));
+      if (pd.sources && pd.sources.length) detail.appendChild(sourcesBlock(pd.sources, needle));
     } else if (pd.context_sha256) {
       detail.appendChild(el("h3", null, "context"));
       detail.appendChild(kv([["sha256", pd.context_sha256],
@@ -475,6 +481,41 @@ function renderDetail(n, needle) {
     detail.appendChild(textBlock("budget", JSON.stringify(d.budget, null, 1), ""));
 }
 
+// the answer's sources (recursa.sources): each passage highlighted in the text around it, or
+// the quote the model gave, marked as not found in the context
+function sourcesBlock(sources, needle) {
+  const box = el("div", "sources");
+  const found = sources.filter(function (s) { return s.found; }).length;
+  box.appendChild(el("h3", null, "sources · " + found + " of " + sources.length + " found in the context"));
+  sources.forEach(function (s, i) {
+    const item = el("div", "src" + (s.found ? "" : " bad"));
+    item.dataset.found = s.found ? "1" : "0";
+    const loc = s.location || {};
+    let head = "[" + (i + 1) + "] ";
+    if (s.found) head += (loc.label || "") + " · " + s.match + (s.match === "fuzzy" ? " (score " + s.score + ")" : "");
+    else {
+      const why = (s.note || "").replace(/^not found in the context\s*/, "");
+      head += "NOT FOUND in the context" + (why ? " · " + why : "");
+    }
+    if (s.found && s.note) head += " · " + s.note;
+    item.appendChild(el("div", "head", head));
+    const pre = el("pre", "src-text");
+    if (s.found) {
+      pre.appendChild(el("span", "ctx", (s.before ? "…" : "") + (s.before || "")));
+      const m = el("mark", "passage");
+      m.appendChild(marked(s.text || "", needle));
+      pre.appendChild(m);
+      pre.appendChild(el("span", "ctx", (s.after || "") + (s.after ? "…" : "")));
+    } else {
+      pre.classList.add("bad");
+      pre.appendChild(marked(s.quote || "", needle));
+    }
+    item.appendChild(pre);
+    box.appendChild(item);
+  });
+  return box;
+}
+
 // ------------------------------------------------------------------ summary
 function renderSummary() {
   const T = M.totals, r = M.root, f = M.final;
@@ -483,6 +524,13 @@ function renderSummary() {
   const status = f && f.status ? f.status : (r && r.end !== null ? (r.data.status || "ended") : "open");
   st.textContent = status + (f && f.ready ? " ✓" : "");
   st.className = "badge " + status;
+  const sb = document.getElementById("srcbadge"), srcs = f && f.sources ? f.sources : [];
+  if (srcs.length) {
+    const ok = srcs.filter(function (s) { return s.found; }).length;
+    sb.textContent = "sources " + ok + "/" + srcs.length + (ok === srcs.length ? " ✓" : " unverified");
+    sb.className = "badge " + (ok === srcs.length ? "src-ok" : "src-bad");
+    sb.style.display = "";
+  } else sb.style.display = "none";
   document.getElementById("query").textContent = r ? (r.data.query || "") : "";
   const tot = document.getElementById("totals");
   tot.textContent = "";
@@ -500,6 +548,12 @@ function renderSummary() {
                       : "(no final answer yet)";
 }
 document.getElementById("answer").addEventListener("click", function () { this.classList.toggle("full"); });
+document.getElementById("srcbadge").addEventListener("click", function () {
+  if (!M.root) return;
+  select(M.root.id, null, true);
+  const box = detail.querySelector(".sources");
+  if (box) box.scrollIntoView({block: "start"});
+});
 
 function usageTable() {
   const t = el("table", "usage");
@@ -717,6 +771,7 @@ PAGE = r"""<!doctype html>
 <header>
   <div class="top">
     <h1>recursa</h1><span id="runid"></span><span id="status" class="badge">…</span>
+    <span id="srcbadge" class="badge" style="display:none" title="the answer's sources"></span>
     <span id="live"></span>
     <input id="search" type="search" placeholder="Search the run  ( / )" autocomplete="off">
   </div>
