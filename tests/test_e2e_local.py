@@ -28,22 +28,22 @@ def _events(path: Path, kind: str) -> list:
 
 def test_finds_a_report_and_reads_it_with_a_subcall_k_of_n(tmp_path: Path):
     """The demo's task on 3 seeds: at least 2 right, and every right answer's facts came from a
-    sub-call or a cell's output, not from the model's memory (it cannot know them). The three
-    runs go at once through one llama-server, whose 3 slots decode together: three replies at
-    once cost it about a third less CPU than one after another."""
+    sub-call or a cell's output, not from the model's memory (it cannot know them). One run
+    after another: run at once through one server, beside the other tests' workers, only 1 of 3
+    was right in CI (2026-12-02)."""
     seeds = (0, 1, 2)
     cases = {seed: make_case(seed, chars=120_000) for seed in seeds}
 
     async def one(seed: int):
-        # max_seconds: a bound, not the test (twice one run's 240 s: three share the server)
-        rlm = RLM(model=MODEL, max_iterations=6, max_output_chars=2000, max_seconds=480,
+        # max_seconds: a bound, not the test; the last-answer turn's time is reserved inside it
+        rlm = RLM(model=MODEL, max_iterations=6, max_output_chars=2000, max_seconds=300,
                   model_options={"temperature": 0.0, "max_tokens": 400},
                   sub_model_options={"temperature": 0.0, "max_tokens": 200},
                   trace_path=tmp_path / f"t{seed}.jsonl")
         return await rlm.acompletion(cases[seed].query, context=cases[seed].context)
 
     async def all_seeds():
-        return await asyncio.gather(*(one(seed) for seed in seeds))
+        return [await one(seed) for seed in seeds]
 
     right = 0
     for seed, res in zip(seeds, asyncio.run(all_seeds()), strict=True):
