@@ -61,7 +61,7 @@ def main() -> None:
         for name, quote in cases.items():
             [s] = sources.check([quote], ctx, "Lyon")
             assert s.found == (name != "unfound"), (name, s)
-            row.append(timed(lambda q=quote: sources.check([q], ctx, "Lyon"), a.reps))
+            row.append(timed(lambda q=quote, c=ctx: sources.check([q], c, "Lyon"), a.reps))
         print(f"{size:>12,} " + " ".join(f"{ms:>{w}.1f}" for ms, w in
                                          zip(row, (9, 11, 9, 9, 9), strict=True)))
     folder = {f"src/mod{i:03d}.py": text(20_000, i) for i in range(300)}
