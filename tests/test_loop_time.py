@@ -130,6 +130,9 @@ def test_the_last_turn_is_cut_inside_the_limit_and_the_draft_stays(tmp_path: Pat
 
 
 @pytest.mark.model
+@pytest.mark.xfail(strict=False, reason="known bug (issue 22, item 4): the run itself ends "
+                   "inside its limit, but the sync completion() then waits for the local "
+                   "model's server-start thread and returns seconds late")
 def test_local_model_run_stops_near_its_time_limit(tmp_path: Path) -> None:
     """The real local model (≈10 tokens/s on 2 cores): a 20 s limit ends the run within 1 s
     of it, the last-answer turn included."""
