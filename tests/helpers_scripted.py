@@ -25,9 +25,9 @@ def is_root(messages: list[dict[str, Any]]) -> bool:
     return messages[0]["role"] == "system" and SYSTEM_MARK in messages[0]["content"]
 
 
-def root_script(*replies: str):
-    """A responder: root turns get `replies` in order (the last one repeats); sub-calls echo
-    their prompt."""
+def root_script(*replies: str, sub: str | None = None):
+    """A responder: root turns get `replies` in order (the last one repeats); sub-calls get
+    `sub`, or else an echo of their prompt."""
     state = {"i": 0}
 
     def respond(messages):
@@ -35,7 +35,7 @@ def root_script(*replies: str):
             r = replies[min(state["i"], len(replies) - 1)]
             state["i"] += 1
             return r
-        return "sub:" + messages[-1]["content"][:40]
+        return sub if sub is not None else "sub:" + messages[-1]["content"][:40]
     return respond
 
 

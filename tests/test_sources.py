@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import helpers_documents as hd
+from helpers_scripted import is_root, root_script
 from recursa import RLM, prompts, sources
 from recursa.documents import Location as DocLocation
 from recursa.documents import load
@@ -240,20 +241,8 @@ def test_render_lists_found_and_unfound_sources():
 
 
 # ---------------------------------------------------------------- through the loop
-def is_root(messages) -> bool:
-    return messages[0]["role"] == "system" and "persistent Python REPL" in messages[0]["content"]
-
-
 def script(*replies: str) -> ReplayClient:
-    state = {"i": 0}
-
-    def respond(messages):
-        if is_root(messages):
-            r = replies[min(state["i"], len(replies) - 1)]
-            state["i"] += 1
-            return r
-        return "Lyon"
-    return ReplayClient(respond)
+    return ReplayClient(root_script(*replies, sub="Lyon"))
 
 
 def repl(code: str) -> str:
