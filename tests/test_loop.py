@@ -71,6 +71,28 @@ def test_made_up_output_and_the_turn_after_it_are_not_run(tmp_path: Path):
     assert ends[0].data["imagined_output"] > 0
 
 
+def test_a_client_that_takes_stop_strings_ends_the_turn_at_made_up_output():
+    """A root client that declares `stop` is asked to end its reply where made-up REPL output
+    starts; the fence the stop string left open is closed again in the history."""
+    reply = ("```repl\nx = context[:5]\nprint(x)\n```\nOutput: beta\n"
+             "```repl\nFINAL('beta')\n```")
+    client = ReplayClient(root_script(reply, repl("FINAL(x)")), stop=True)
+    res = RLM(model=client, sandbox="inprocess").completion("q", context=CTX)
+    assert res.answer == "alpha" and res.turns == 2
+    assert "```\nOutput:" in client.options[0]["stop"]
+    assert root_calls(client)[1][-2]["content"] == "```repl\nx = context[:5]\nprint(x)\n```"
+    plain = ReplayClient(root_script(repl("FINAL('a')")))
+    RLM(model=plain, sandbox="inprocess").completion("q", context=CTX)
+    assert "stop" not in plain.options[0]       # a client that does not declare it
+
+
+def test_close_fence_closes_only_an_open_block():
+    from recursa.parse import close_fence
+    assert close_fence("```repl\nprint(1)\n") == "```repl\nprint(1)\n```"
+    assert close_fence("```repl\nprint(1)\n```") == "```repl\nprint(1)\n```"
+    assert close_fence("no code here") == "no code here"
+
+
 def test_python_fence_accepted_without_repl_fence():
     res = RLM(model=ReplayClient(root_script("```python\nFINAL(context[:5])\n```")),
               sandbox="inprocess").completion("q", context=CTX)

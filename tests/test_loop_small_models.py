@@ -153,6 +153,18 @@ def test_a_cell_that_called_a_model_may_run_again(tmp_path: Path) -> None:
     assert len(cells(run_)) == 3 and res.subcalls == 2
 
 
+def test_a_rerun_that_printed_the_same_is_not_run_a_third_time(tmp_path: Path) -> None:
+    """A 1.5B resent one llm_batch cell four times, each printing the same answer (the
+    sub-model at temperature 0): the second send runs, the third gets the reminder."""
+    res, root, run_ = run([repl("print(llm_query('hi'))")] * 3 + [repl("FINAL('x')")],
+                          tmp_path)
+    assert len(cells(run_)) == 3 and res.subcalls == 2 and res.answer == "x"
+    reminder = root.calls[3][-1]["content"]
+    assert "same code as in turn 2, so it was not run again" in reminder
+    assert "It printed:\nsub-answer" in reminder
+    assert turn_nodes(run_)[2].data["repeat_of"] == 2
+
+
 # ------------------------------------------------------------------ prose answers
 def test_short_prose_after_output_is_a_draft_then_confirmed_in_code(tmp_path: Path) -> None:
     res, root, run_ = run([repl("print(len(context.splitlines()))"), "400",

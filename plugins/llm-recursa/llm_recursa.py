@@ -90,6 +90,8 @@ class RecursaModel(llm.Model):
         max_seconds: float | None = Field(None, description="wall time of the run", gt=0)
         cell_timeout: float | None = Field(None, description="seconds of code time per cell",
                                            gt=0)
+        max_answer_tokens: int | None = Field(None, description="output cap of every model "
+                                              "reply (default: the client's)", ge=1)
         sandbox: str | None = Field(None, description="local (default), limits, inprocess, "
                                     "docker, ...")
         strategy: str | None = Field(None, description="code (default), plan or auto")
@@ -132,6 +134,9 @@ class RecursaModel(llm.Model):
             extra["strategy"] = opts.strategy
         if opts.trace:
             extra["trace_path"] = opts.trace
+        if opts.max_answer_tokens:
+            cap = {"max_tokens": opts.max_answer_tokens}
+            extra.update(model_options=cap, sub_model_options=cap)
         try:
             rlm = RLM(model=spec, sub_model=sub_spec, base_url=opts.base_url,
                       api_key=_stored_key(spec, opts.base_url),

@@ -44,6 +44,8 @@ from recursa.output import OutputInvalid, OutputSpec
 from recursa.parse import (
     answer_text,
     code_blocks,
+    IMAGINED_STOPS,
+    close_fence,
     cut_imagined,
     final_line,
     final_literal,
@@ -292,8 +294,10 @@ class Run:
         except asyncio.CancelledError:
             turn.fail("cancelled")
             raise
-        self.asked = Ask(list(self.st.messages), turn, feedback=feedback,
-                         options=self.env.root_options)
+        options = self.env.root_options
+        if "stop" not in options and self.env.root_client.capabilities.stop:
+            options = {**options, "stop": list(IMAGINED_STOPS)}   # no made-up REPL output
+        self.asked = Ask(list(self.st.messages), turn, feedback=feedback, options=options)
         return self.asked
 
     async def _turn(self, ask: Ask, reply: Completion | BaseException) -> Step:
@@ -307,6 +311,8 @@ class Run:
         turn.replied(reply)
         extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, ...
         text = reply.text
+        if ask.options.get("stop") == list(IMAGINED_STOPS):
+            text = close_fence(text)
         cut = cut_imagined(text)      # only the code before a made-up "Output:" runs
         if cut is not None:
             extra["imagined_output"] = len(text) - len(cut)
@@ -451,10 +457,13 @@ class Run:
                 # `FINAL(March 2023)` outside a fence: not Python, but plainly the answer
                 st.final = final_literal(bare)
                 extra["prose_answer"] = {"kind": "final", "content": st.final}
+        shown = "\n\n".join(outputs)
+        # a rerun of code that called a model and printed the same again: a third is not run
+        same = code == st.last_code and shown == st.last_shown
         st.last_code, st.last_turn = code, st.turns
-        st.last_shown = "\n\n".join(outputs)
+        st.last_shown = shown
         st.last_failed = failed == len(blocks)
-        st.last_called = st.model_calls > calls0
+        st.last_called = st.model_calls > calls0 and not same
         st.log.append(f"Turn {st.turns} ran:\n{abridge(chr(10).join(blocks), 240)}\n"
                       f"Output: {abridge(st.last_shown, 160)}")
         return st.last_failed

@@ -36,6 +36,7 @@ class RunState:
     last_shown: str = ""
     last_failed: bool = False
     last_called: bool = False     # it called a model, so a rerun may print something else
+                                  # (False once a rerun printed the same)
     prose_draft: str | None = None
     history_var: str | None = None
     seen: list[str] = field(default_factory=list)   # what the model was shown (query, outputs)

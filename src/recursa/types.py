@@ -102,7 +102,9 @@ class Capabilities(NamedTuple):
     recursa reads a declaration instead of probing the client for methods and attributes.
 
     `context_window`: tokens it reads at once (None: unknown; recursa assumes a large window).
-    `max_output_tokens`: its reply cap when a call sets none. `streaming`: it has
+    `max_output_tokens`: its reply cap when a call sets none. `stop`: it takes `stop=[...]`,
+    strings that end its reply where they appear (recursa then ends a root turn at made-up
+    REPL output instead of paying for it). `streaming`: it has
     `astream(messages, on_delta, **options)` (see recursa.models.streaming). `tools`: it takes
     OpenAI-style `tools=[...]` and returns the calls in `Completion.raw` (else tools go by the
     text protocol of recursa.tools). `images`: it takes image parts in messages. `structured`:
@@ -116,6 +118,7 @@ class Capabilities(NamedTuple):
 
     context_window: int | None = None
     max_output_tokens: int | None = None
+    stop: bool = False
     streaming: bool = False
     tools: bool = False
     images: bool = False

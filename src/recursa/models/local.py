@@ -88,7 +88,7 @@ class LocalClient(Declares):
     def _declare(self) -> Capabilities:
         return Capabilities(
             context_window=self.n_ctx, max_output_tokens=self.default_options.get("max_tokens"),
-            streaming=self.stream, images=self.supports_images, structured="json_schema",
+            stop=True, streaming=self.stream, images=self.supports_images, structured="json_schema",
             pricing=Pricing(per_call=0.0),
             identity=model_identity(self.name, self.model, None, self.default_options))
 

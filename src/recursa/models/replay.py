@@ -32,8 +32,9 @@ class ReplayClient(Declares):
     so error paths can be scripted too), or a callable `(messages) -> str` (sync or async)
     that is asked every time. `.calls` records the messages of each call, `.options` the options.
     Usage is estimated at ~4 characters per token; cost is `cost_usd` per call (default 0.0;
-    None: no known price). `context_window` and `tools` are what it declares (a test may set
-    them to stand in for a model that has a window or takes native tools).
+    None: no known price). `context_window`, `tools` and `stop` are what it declares (a test may
+    set them to stand in for a model that has a window, takes native tools, or ends its reply
+    at stop strings as a server does).
     An empty string is raised as ModelError, as a real client would (the contract says
     `complete` never returns empty text).
     """
@@ -41,8 +42,9 @@ class ReplayClient(Declares):
     def __init__(self, responses: Sequence[str | BaseException] | Callable[..., Any] = (), *,
                  name: str = "replay:", latency: float = 0.0, cost_usd: float | None = 0.0,
                  model: str = "replay", context_window: int | None = None,
-                 tools: bool = False) -> None:
+                 tools: bool = False, stop: bool = False) -> None:
         self.name = name
+        self.stop = stop
         self.model = model
         self.context_window = context_window
         self.tools = tools
@@ -57,7 +59,7 @@ class ReplayClient(Declares):
 
     def _declare(self) -> Capabilities:
         return Capabilities(
-            context_window=self.context_window, tools=self.tools,
+            context_window=self.context_window, tools=self.tools, stop=self.stop,
             pricing=Pricing() if self.cost_usd is None else Pricing(per_call=self.cost_usd),
             identity=model_identity(self.name, self.model))
 
@@ -92,6 +94,9 @@ class ReplayClient(Declares):
         if isinstance(item, BaseException):
             raise item
         text = str(item)
+        if self.stop:       # as a server does: the reply ends before the first stop string
+            ends = [i for i in (text.find(s) for s in options.get("stop") or ()) if i >= 0]
+            text = text[:min(ends)] if ends else text
         if not text:
             raise ModelError(f"replay response #{index + 1} returned no text")
         usage = Usage(input_tokens=max(1, _chars(messages) // 4),
