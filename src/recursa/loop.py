@@ -42,10 +42,10 @@ from recursa.guards import (
 )
 from recursa.output import OutputInvalid, OutputSpec
 from recursa.parse import (
-    answer_text,
-    code_blocks,
     IMAGINED_STOPS,
+    answer_text,
     close_fence,
+    code_blocks,
     cut_imagined,
     final_line,
     final_literal,
