@@ -111,6 +111,25 @@ def test_server_listens_on_a_private_unix_socket_only(fake_binary, model_file):
     assert not sock.parent.exists()
 
 
+def test_a_forked_child_leaves_the_parents_server_socket_alone(fake_binary, model_file):
+    """A sandbox worker forked after a server started drops its copy of the registry; that
+    copy's cleanup once deleted the parent's socket directory, and every later request of the
+    parent failed with ENOENT (seen in CI as a model test failing after another forked)."""
+    import gc
+    import os
+    srv = llama_server.get_server(llama_server.ServerConfig(binary=fake_binary, model=model_file))
+    sock = Path(srv.socket_path)
+    del srv                                   # only the registry holds it, as between runs
+    pid = os.fork()
+    if pid == 0:
+        gc.collect()
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert stat.S_ISSOCK(sock.stat().st_mode)
+    status, _ = llama_server.running()[0].request("GET", "/health")
+    assert status == 200
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 async def test_requests_reach_their_own_server_while_another_process_takes_ports(
         fake_binary, model_file):

@@ -25,12 +25,14 @@ import ctypes
 import http.client
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,13 +101,22 @@ _launcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="recursa
 _MAX_SOCKET_PATH = 100
 
 
-def _private_tempdir() -> tempfile.TemporaryDirectory[str]:
+def _private_tempdir() -> str:
     """A 0700 directory (mkdtemp's mode) short enough to hold the socket's path."""
-    d = tempfile.TemporaryDirectory(prefix="recursa-llama-")
-    if len(os.fsencode(d.name)) + len("/llama.sock") <= _MAX_SOCKET_PATH:
+    d = tempfile.mkdtemp(prefix="recursa-llama-")
+    if len(os.fsencode(d)) + len("/llama.sock") <= _MAX_SOCKET_PATH:
         return d
-    d.cleanup()       # a long $TMPDIR (macOS's is ~50 bytes, some are longer)
-    return tempfile.TemporaryDirectory(prefix="recursa-llama-", dir="/tmp")
+    os.rmdir(d)       # a long $TMPDIR (macOS's is ~50 bytes, some are longer)
+    return tempfile.mkdtemp(prefix="recursa-llama-", dir="/tmp")
+
+
+def _remove_dir(path: str, owner: int) -> None:
+    """Remove the server's directory, only in the process that made it: a forked child (a
+    sandbox worker) that drops its copy of the registry must not delete the parent's socket
+    (tempfile.TemporaryDirectory's finalizer did, and the parent's next request failed with
+    ENOENT)."""
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -134,10 +145,11 @@ class LlamaServer:
         self.name = name
         self.token = secrets.token_urlsafe(24)
         self.proc: subprocess.Popen[bytes] | None = None
-        self._logdir = _private_tempdir()
-        self.log_path = Path(self._logdir.name) / "server.log"
+        self._dir = _private_tempdir()
+        self._cleanup = weakref.finalize(self, _remove_dir, self._dir, os.getpid())
+        self.log_path = Path(self._dir) / "server.log"
         # in the server's own 0700 directory: nobody else can connect, or bind it first
-        self.socket_path = str(Path(self._logdir.name) / "llama.sock")
+        self.socket_path = str(Path(self._dir) / "llama.sock")
         self.started_s = 0.0
 
     @property
@@ -176,7 +188,7 @@ class LlamaServer:
             # server's shutdown; it still dies with us (parent-death signal)
             return subprocess.Popen(self.config.argv(self.socket_path), stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    preexec_fn=_set_pdeathsig, cwd=self._logdir.name,
+                                    preexec_fn=_set_pdeathsig, cwd=self._dir,
                                     start_new_session=True)
         finally:
             log.close()
@@ -231,7 +243,7 @@ class LlamaServer:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        self._logdir.cleanup()
+        self._cleanup()
 
 
 # ------------------------------------------------------------------ the process-wide registry
