@@ -1,7 +1,8 @@
 """How often the 1.5B labels a judge_agg review right (dev split): complaint or praise, one
 call per review. `free` (the default) asks for one word and reads it; `schema` constrains the
 reply to the label set by llama.cpp's json_schema, as the planned mode's llm_map does; `yesno`
-asks the question as put and reads yes / no. Usage: label.py [N] [free|schema|yesno]."""
+asks the question as put and reads yes / no; `neutral` asks "pleased or dissatisfied?" with that
+label set constrained. Usage: label.py [N] [free|schema|yesno|neutral]."""
 
 import asyncio
 import random
@@ -17,6 +18,8 @@ from recursa.models.local import LocalClient
 PROMPT = "{r}\n\n{q}\nReply with one word: complaint or praise."
 YESNO = "{r}\n\n{q} Reply yes or no."
 SCHEMA = {"type": "string", "enum": ["complaint", "praise"]}
+NEUTRAL = "{r}\n\nWas the buyer of this review pleased or dissatisfied with the purchase?"
+NEUTRAL_SCHEMA = {"type": "string", "enum": ["pleased", "dissatisfied"]}
 
 
 async def main() -> None:
@@ -29,7 +32,11 @@ async def main() -> None:
     lines = [x for x in rs.text().splitlines() if x.startswith("Review")]
     ok = fp = fn = 0
     for line, label in list(zip(lines, rs.labels, strict=True))[:n]:
-        if how == "yesno":
+        if how == "neutral":
+            comp = await c.complete([{"role": "user", "content": NEUTRAL.format(r=line)}],
+                                    max_tokens=6, temperature=0, json_schema=NEUTRAL_SCHEMA)
+            got = "complaint" if "dissatisfied" in comp.text.lower() else "praise"
+        elif how == "yesno":
             comp = await c.complete([{"role": "user", "content": YESNO.format(r=line, q=q)}],
                                     max_tokens=3, temperature=0)
             got = "complaint" if comp.text.strip().lower().startswith("yes") else "praise"
