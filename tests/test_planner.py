@@ -108,7 +108,7 @@ def test_retrieve_read_without_search_filters_chunks_then_reads_the_relevant_one
     assert "1 read; answers: ['4417']" in first_code_message(root)
 
 
-@pytest.mark.skipif(not __import__("recursa.core.search_host").search_host.available(),
+@pytest.mark.skipif(not __import__("recursa.core.search_host").core.search_host.available(),
                     reason="the search extra is not installed")
 def test_retrieve_read_with_search_reads_only_the_searched_passages():
     root, filters, reads = _vault_run()
