@@ -384,6 +384,6 @@ class Result(BaseModel):
 
 
 # Jupyter's HTML view of a Result is drawn in recursa.obs.notebook, a layer above this module:
-# that module puts its renderer here when it loads (every run loads it), so this module imports
-# nothing above it. None: IPython shows the plain repr.
+# that module puts its renderer here when it loads (recursa.core.rlm loads it), so this module
+# imports nothing above it. None: IPython shows the plain repr.
 html_view: Callable[[Result], str] | None = None

@@ -15,6 +15,10 @@ from recursa.core.deadline import Allowance, Deadline, default_reserve
 from recursa.core.loop import RunEnv, run_loop
 from recursa.core.output import OutputSpec
 from recursa.core.tools import Tool, ToolSet
+
+# loading the notebook module also gives Result its Jupyter view (recursa.base.types.html_view),
+# for Results of this process's runs and of runs elsewhere (Ray batch workers) alike
+from recursa.obs.notebook import auto_sinks
 from recursa.obs.trace import CallbackSink, JsonlSink, Tracer, new_id
 
 if TYPE_CHECKING:
@@ -176,7 +180,6 @@ class RLM:
         for hook in (self.on_event, scope.on_event):
             if hook is not None:
                 sinks.append(CallbackSink(hook))
-        from recursa.obs.notebook import auto_sinks
         sinks.extend(auto_sinks())     # a live progress line in a Jupyter kernel; none elsewhere
         tracer = Tracer(sinks, run_id)
         deadline = scope.allowance.deadline(budget.max_seconds,
