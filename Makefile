@@ -78,8 +78,10 @@ lint: install
 # --durations: the slowest tests, to keep the whole run under 15 minutes (README)
 TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+# The rest runs at a lower priority: the model tests are the wall time, and beside two full-speed
+# workers the local model ran at half its idle speed (model tests 23 min in CI, 11 min alone).
 run_tests = $(PYTEST) -m model --durations=10 >$(VENV)/test-model.log 2>&1 & model=$$!; \
-	$(PYTEST) -m "not model" -n $(TEST_WORKERS) --durations=15; rest=$$?; \
+	nice -n 10 $(PYTEST) -m "not model" -n $(TEST_WORKERS) --durations=15; rest=$$?; \
 	wait $$model; m=$$?; echo "--- the model tests:"; cat $(VENV)/test-model.log; \
 	[ $$rest = 0 ] && [ $$m = 0 ]
 test: model lint

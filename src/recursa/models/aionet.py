@@ -5,7 +5,7 @@ goes through anyio, whose cancel scope and `fail_after` on every read and write,
 dict and `getpeername` on every idle-connection check, cost about a quarter of httpx's CPU per
 request. An 80-wide batch sends its requests one after another on one event loop, so that CPU
 is wall time: measured side by side on 2 cores, 80 wide on new connections, 1.2 ms instead of
-1.6 ms of CPU per request (docs/performance.md). HTTP itself (h11, pooling, keep-alive) is still httpcore's and httpx's;
+1.6 ms of CPU per request (docs/performance-archive.md). HTTP itself (h11, pooling, keep-alive) is still httpcore's and httpx's;
 this module only moves bytes, and maps failures to httpcore's exceptions as its anyio backend
 does, so httpx reports them the same way.
 

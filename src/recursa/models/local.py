@@ -13,9 +13,11 @@ constraining the reply), `json_schema`, `top_k`, `min_p`, `repeat_penalty`, `see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -130,7 +132,36 @@ class LocalClient(Declares):
 
     async def load(self) -> llama_server.LlamaServer:
         """Fetch, build and start now (otherwise the first `complete` does it)."""
-        return await asyncio.to_thread(self._ensure_server)
+        return await self._started()
+
+    async def _started(self) -> llama_server.LlamaServer:
+        """The server, started (fetched, built) in a daemon thread of its own, not the loop's
+        default executor: a run cut by its time limit while the server still starts returns
+        at once, where `asyncio.run` would wait for an executor thread at shutdown."""
+        srv = self._server
+        if srv is not None and srv.alive():
+            return srv
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[llama_server.LlamaServer] = loop.create_future()
+
+        def settle(result: Any, error: BaseException | None) -> None:
+            if done.done():
+                return
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(result)
+
+        def start() -> None:
+            try:
+                result, error = self._ensure_server(), None
+            except BaseException as e:     # handed to the awaiting task
+                result, error = None, e
+            with contextlib.suppress(RuntimeError):     # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(settle, result, error)
+
+        threading.Thread(target=start, name="recursa-llama-start", daemon=True).start()
+        return await done
 
     def _died(self, srv: llama_server.LlamaServer) -> ModelError | None:
         why = srv.death()
@@ -170,7 +201,7 @@ class LocalClient(Declares):
 
     async def complete(self, messages: list[Message], **options: Any) -> Completion:
         body, timeout = self._body(messages, options)
-        srv = await asyncio.to_thread(self._ensure_server)
+        srv = await self._started()
         await self._http.use_socket(srv.socket_path)
         t0 = time.perf_counter()
         try:
@@ -209,7 +240,7 @@ class LocalClient(Declares):
         body, timeout = self._body(messages, options)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-        srv = await asyncio.to_thread(self._ensure_server)
+        srv = await self._started()
         await self._http.use_socket(srv.socket_path)
         t0 = time.perf_counter()
         pieces = Pieces(on_delta)
