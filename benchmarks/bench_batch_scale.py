@@ -31,7 +31,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from recursa import RLM  # noqa: E402
-from recursa.batch import BatchBudget  # noqa: E402
+from recursa.core.batch import BatchBudget  # noqa: E402
 
 CALL_COST = 0.01
 
@@ -90,7 +90,7 @@ def ray_part(a: argparse.Namespace, rlm: RLM) -> dict[str, Any]:
     import ray
 
     from ray_cluster import LocalCluster
-    from recursa.batch.run import RayBatchExecutor
+    from recursa.core.batch.run import RayBatchExecutor
     out: dict[str, Any] = {}
     cluster = LocalCluster(workers=1, cpus=1)
     try:

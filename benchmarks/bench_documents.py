@@ -95,7 +95,7 @@ def make_xlsx(path: Path, rows: int) -> None:
 
 def child(mode: str, file: str) -> None:
     """One measurement in this fresh process; prints a JSON line."""
-    from recursa import context as ctx
+    from recursa.core import context as ctx
     from recursa.documents import load
     start_mb = vmhwm_mb()
     t0 = time.perf_counter()

@@ -33,8 +33,8 @@ from typing import Any
 sys.path.insert(0, os.environ.get("RECURSA_BENCH_SRC",
                                   str(Path(__file__).resolve().parents[1] / "src")))
 
+from recursa.base.types import ContextPayload  # noqa: E402
 from recursa.sandbox import LocalSandbox  # noqa: E402
-from recursa.types import ContextPayload  # noqa: E402
 
 FORGE = (
     "import gc, json, os, struct, threading, time\n"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from PIL import Image as PILImage
 
-from recursa import context as ctx
+from recursa.core import context as ctx
 from recursa.sandbox.local import LocalSandbox
 
 

@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from provider_fakes import PromptCache, ProviderFake  # noqa: E402
 from recursa import RLM  # noqa: E402
+from recursa.base.types import Capabilities, Usage  # noqa: E402
 from recursa.models.anthropic_client import AnthropicClient  # noqa: E402
 from recursa.models.pricing import cost_usd, price_for  # noqa: E402
-from recursa.types import Capabilities, Usage  # noqa: E402
 
 CONTEXT = "".join(f"record {i:05d}: the value of item {i} is {i * 7 % 1000}.\n"
                   for i in range(4000))          # ~180k characters

@@ -132,9 +132,9 @@ def _starts(sandbox: str, zygote: bool, group: str | None, n: int) -> dict[str, 
     import asyncio
     import tempfile
 
+    from recursa.base.types import ContextPayload
     from recursa.sandbox import make_sandbox
     from recursa.sandbox.transport import descendants
-    from recursa.types import ContextPayload
 
     tmp = tempfile.mkdtemp(prefix="bench-start-")
     path = os.path.join(tmp, "ctx.txt")

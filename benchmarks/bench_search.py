@@ -1,4 +1,4 @@
-"""Benchmark: the REPL's search() index (recursa.semantic) on ~64k and ~1M tokens of real text.
+"""Benchmark: the REPL's search() index (recursa.core.semantic) on ~64k and ~1M tokens of real text.
 
 Per size, each run is a fresh subprocess (so its peak RSS is its own) that loads the model,
 builds the index over Wikipedia text with ten paraphrased needles in it (tests/search_needles.py)
@@ -39,7 +39,7 @@ def _rss_mb() -> float:
 
 def child(tokens: int, seed: int) -> dict:
     """One run, in its own process."""
-    from recursa.semantic import SemanticIndex, default_embedder
+    from recursa.core.semantic import SemanticIndex, default_embedder
     from search_needles import NEEDLES, found_in_top, haystack
     t = time.perf_counter()
     default_embedder()

@@ -1,4 +1,4 @@
-"""What checking an answer's sources costs (recursa.sources.check), by context size and by how
+"""What checking an answer's sources costs (recursa.core.sources.check), by context size and by how
 the quote is found: exact, normalized, fuzzy (a typo), not at all (the worst case: every text is
 scanned three ways), a long piece narrowed to the answer's line, and a 300-file folder.
 
@@ -14,7 +14,7 @@ import random
 import statistics
 import time
 
-from recursa import sources
+from recursa.core import sources
 
 WORDS = [f"w{i}" + "abcdefghij"[i % 10] * (i % 7 + 1) for i in range(4000)]
 

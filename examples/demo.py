@@ -15,8 +15,8 @@ import sys
 import time
 
 from recursa import RLM
-from recursa.console import ConsoleView
 from recursa.demo import make_case
+from recursa.obs.console import ConsoleView
 
 
 def main() -> int:

@@ -23,8 +23,8 @@ import sys
 import time
 
 from recursa import RLM
-from recursa.console import ConsoleView
 from recursa.demo_paraphrase import TEST_SEEDS_FROM, make_case
+from recursa.obs.console import ConsoleView
 
 
 def main() -> int:

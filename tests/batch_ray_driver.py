@@ -18,8 +18,8 @@ import ray
 import helpers_batch
 from ray_cluster import kill_node_of_worker
 from recursa import RLM
-from recursa.batch import BatchBudget
-from recursa.batch.run import RayBatchExecutor
+from recursa.core.batch import BatchBudget
+from recursa.core.batch.run import RayBatchExecutor
 
 
 def rlm(responder: Any) -> RLM:

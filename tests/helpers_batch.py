@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from recursa.types import ModelError
+from recursa.base.types import ModelError
 
 
 def _last(messages: list[dict[str, Any]]) -> str:

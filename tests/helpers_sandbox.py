@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from recursa.base.types import ContextPayload, Sandbox
 from recursa.sandbox import LocalSandbox
 from recursa.sandbox.isolation import bwrap_works, find_bwrap
 from recursa.sandbox.treelimits import cgroup_host
-from recursa.types import ContextPayload, Sandbox
 
 HAVE_BWRAP = bool(find_bwrap()) and bwrap_works(find_bwrap() or "")
 # the isolation modes this host can run: bubblewrap where it works, resource limits always

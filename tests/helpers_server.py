@@ -13,8 +13,8 @@ import openai
 import uvicorn
 
 from helpers_scripted import repl as code  # a root reply: one code block
+from recursa.core.rlm import RLM
 from recursa.models.replay import ReplayClient
-from recursa.rlm import RLM
 from recursa.sandbox import make_sandbox
 from recursa.server.openai_app import RunSpec, ServerConfig, create_app
 

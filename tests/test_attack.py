@@ -4,7 +4,7 @@ Each test scripts a root model (ReplayClient) whose first turn is the attack cel
 second turn answers. It then checks four things: the attack was contained (or, where a
 protection needs bubblewrap, that the documented difference holds), the model was told what
 happened (the next turn's user message), the host is unharmed, and the run's trace and spend
-are intact (`recursa.trace.load`).
+are intact (`recursa.obs.trace.load`).
 
 Parametrised over LocalSandbox isolation "bwrap" and "limits"; a few tests pin down what the
 in-process sandbox does NOT protect. See docs/security.md for the threat model.
@@ -27,8 +27,8 @@ from helpers_sandbox import MODES, needs_bwrap
 from helpers_scripted import SYSTEM_MARK, repl
 from recursa import RLM
 from recursa.models.replay import ReplayClient
+from recursa.obs.trace import load
 from recursa.sandbox import InProcessSandbox, LocalSandbox
-from recursa.trace import load
 
 SECRET = "sk-recursa-attack-" + uuid.uuid4().hex
 

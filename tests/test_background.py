@@ -1,5 +1,5 @@
 """No process-wide surprises: importing recursa changes nothing in the process, and what recursa
-keeps running (spare workers, zygotes, watch and sweep threads) belongs to `recursa.background`,
+keeps running (spare workers, zygotes, watch and sweep threads) belongs to `recursa.base.background`,
 whose `shutdown()` stops it all and after which runs start it again."""
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ def test_import_recursa_loads_only_the_package() -> None:
 def test_the_lazy_names_are_the_modules_own() -> None:
     import recursa
     from recursa import _EXPORTS
-    from recursa.rlm import RLM
-    from recursa.types import Result
+    from recursa.base.types import Result
+    from recursa.core.rlm import RLM
     assert sorted(recursa.__all__) == sorted(_EXPORTS)
     assert recursa.RLM is RLM and recursa.Result is Result
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
@@ -101,10 +101,10 @@ def test_the_lazy_names_are_the_modules_own() -> None:
 # down, checks nothing of recursa's is left running, then runs again.
 _HOST = textwrap.dedent("""
     import asyncio, hashlib, json, os, sys, threading
-    from recursa import background
+    from recursa.base import background
     from recursa.sandbox import LocalSandbox
     from recursa.sandbox.transport import descendants
-    from recursa.types import ContextPayload
+    from recursa.base.types import ContextPayload
 
     def payload(tmp):
         path = os.path.join(tmp, "context.txt")
@@ -161,7 +161,7 @@ def test_shutdown_stops_every_background_process_and_thread_and_runs_start_again
 def test_a_forked_child_drops_the_parents_parts_and_does_not_stop_them() -> None:
     code = textwrap.dedent("""
         import os, json
-        from recursa.background import BACKGROUND
+        from recursa.base.background import BACKGROUND
         stopped, forgotten = [], []
         class Part:
             def shutdown(self): stopped.append(os.getpid())

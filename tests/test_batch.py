@@ -19,10 +19,10 @@ import pytest
 
 from helpers_batch import extract, first_word
 from recursa import RLM
-from recursa.batch import BatchBudget, BatchLedger, make_items
+from recursa.base.types import ContextError
 from recursa.batch.cli import out_paths
 from recursa.cli import main
-from recursa.types import ContextError
+from recursa.core.batch import BatchBudget, BatchLedger, make_items
 
 BIN = [sys.executable, "-m", "recursa.cli"]
 

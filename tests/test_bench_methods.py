@@ -18,7 +18,7 @@ from recursa.bench.methods import (
     run_method,
     split_chunks,
 )
-from recursa.trace import load
+from recursa.obs.trace import load
 
 
 def cfg(method: str, **kw: Any) -> MethodConfig:
@@ -202,13 +202,13 @@ async def test_codeact_search_survives_a_sandbox_restart(inst: Any) -> None:
 def test_worked_example_ablation_labels_and_prompts() -> None:
     """rlm-noex / codeact-bm25-noex cut the worked example; codeact-bm25 now has one of the
     same kind as rlm's (the same budget), so the comparison is not confounded by it."""
-    from recursa import prompts
     from recursa.bench.methods import (
         CODEACT_SYSTEM,
         MethodConfig,
         split_worked_example,
         without_worked_example,
     )
+    from recursa.core import prompts
     assert split_worked_example("rlm-noex") == ("rlm", False)
     assert split_worked_example("rlm-d2-noex") == ("rlm-d2", False)
     assert split_worked_example("codeact-bm25") == ("codeact-bm25", True)

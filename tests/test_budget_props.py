@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from helpers_scripted import SYSTEM_MARK
 from recursa import RLM
-from recursa.budget import Budget, Ledger
+from recursa.base.types import BudgetExceeded, Usage
+from recursa.core.budget import Budget, Ledger
 from recursa.models.replay import ReplayClient
-from recursa.trace import load
-from recursa.types import BudgetExceeded, Usage
+from recursa.obs.trace import load
 
 FAST = settings(max_examples=25, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -226,8 +226,8 @@ def test_time_limit_overshoots_by_at_most_one_call(max_seconds, latency):
 def test_an_unknown_cost_ends_the_room_of_a_cost_cap():
     """A cost limit is never void: once a call's cost is unknown, the limit counts as reached
     (the root still gets its one forced last turn); without a cap nothing changes."""
-    from recursa.budget import Budget, Ledger
-    from recursa.types import BudgetExceeded, Usage
+    from recursa.base.types import BudgetExceeded, Usage
+    from recursa.core.budget import Budget, Ledger
     led = Ledger(Budget(max_cost_usd=1.0))
     r = led.reserve(tokens=10, cost=None, subcall=True)
     led.settle(r, usage=Usage(input_tokens=5), cost=None, role="sub", model="m")

@@ -20,6 +20,8 @@ import pytest
 from helpers_scripted import SYSTEM_MARK, lookup, sniah_model, tool_responder
 from openai_testserver import OpenAITestServer
 from recursa import RLM
+from recursa.base.types import Completion, ModelClient, ModelError, Usage
+from recursa.core.tools import native_calls
 from recursa.models import make_client
 from recursa.models.cache import (
     CachedClient,
@@ -33,9 +35,7 @@ from recursa.models.cache import (
     request_key,
 )
 from recursa.models.replay import ReplayClient
-from recursa.tools import native_calls
-from recursa.trace import read_trace
-from recursa.types import Completion, ModelClient, ModelError, Usage
+from recursa.obs.trace import read_trace
 
 SRC = Path(__file__).parents[1] / "src"
 MSGS = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]

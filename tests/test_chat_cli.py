@@ -74,7 +74,7 @@ def test_chat_keeps_the_session_and_ctrl_c_cancels_only_the_question(tmp_path: P
     assert "2 question(s)" in out_s or "3 question(s)" in out_s     # /cost
     assert str(trace) in out_s                                       # /trace
     assert "unknown command /nonsense" in err_s
-    from recursa.trace import load_runs
+    from recursa.obs.trace import load_runs
     runs = load_runs(trace)
     assert [r.answer for r in runs if r.finished and r.status == "final"] == \
         ["x is set", "42 after set x"]

@@ -148,7 +148,7 @@ def test_run_does_not_import_the_other_commands_modules():
             "p = build_parser(['run', 'q'])\n"
             "assert p.parse_args(['run', 'q', '-q']).quiet\n"
             "print(sorted(m for m in sys.modules if m.startswith(('recursa.bench', "
-            "'recursa.envs', 'recursa.server', 'recursa.viewer', 'recursa.chat'))))\n"
+            "'recursa.envs', 'recursa.server', 'recursa.obs.viewer', 'recursa.chat'))))\n"
             "full = build_parser()\n"
             "print(full.parse_args(['bench', 'list']).cmd)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from recursa import RLM
-from recursa.combinators import LeafType
+from recursa.core.combinators import LeafType
 from recursa.models.replay import ReplayClient
-from recursa.trace import load_events
+from recursa.obs.trace import load_events
 
 RECORDS = "\n".join(f"User {i}: " + ("I love it" if i % 3 else "awful, broken")
                     for i in range(1, 13))

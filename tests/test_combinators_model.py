@@ -10,7 +10,7 @@ import pytest
 
 from recursa import RLM
 from recursa.models.replay import ReplayClient
-from recursa.trace import load_events
+from recursa.obs.trace import load_events
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.usefixtures("qwen")]
 MODEL = "local:qwen2.5-coder-1.5b"

@@ -12,8 +12,8 @@ import pytest
 from helpers_scripted import SYSTEM_MARK
 from recursa import RLM
 from recursa.models.replay import ReplayClient
+from recursa.obs.trace import load
 from recursa.sandbox import LocalSandbox
-from recursa.trace import load
 
 N = 64
 

@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 
 from recursa import RLM
-from recursa.budget import Budget, Ledger
-from recursa.dispatch import Dispatcher
+from recursa.base.types import Capabilities, Completion, ModelClient, Pricing, Usage
+from recursa.core.budget import Budget, Ledger
+from recursa.core.dispatch import Dispatcher
+from recursa.core.preflight import PreflightError, acheck, target_of_client
 from recursa.models import make_client
 from recursa.models.declared import UndeclaredClient, declared
 from recursa.models.registry import PROVIDERS, provider
-from recursa.preflight import PreflightError, acheck, target_of_client
+from recursa.obs.trace import Tracer
 from recursa.sandbox.kinds import KINDS
-from recursa.trace import Tracer
-from recursa.types import Capabilities, Completion, ModelClient, Pricing, Usage
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -36,7 +36,7 @@ PLUGIN = '''
 import os
 
 from recursa.models.registry import Provider
-from recursa.types import Capabilities, Completion, Pricing, Usage
+from recursa.base.types import Capabilities, Completion, Pricing, Usage
 
 
 class TheirClient:
@@ -206,8 +206,8 @@ def test_a_client_without_a_price_is_refused_a_cost_cap_in_plain_words():
 
 
 def test_a_client_without_tools_gets_the_text_protocol_and_no_window_means_no_compaction():
-    from recursa.combinators import window_of
-    from recursa.types import context_window
+    from recursa.base.types import context_window
+    from recursa.core.combinators import window_of
     assert context_window(Plain()) is None and window_of(Plain()) > 0
     assert isinstance(Plain(), ModelClient)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from recursa.budget import Budget, Ledger
-from recursa.context import prepare
-from recursa.parse import cap, code_blocks, format_cell
-from recursa.types import BudgetExceeded, Cell, ContextError, Usage
+from recursa.base.types import BudgetExceeded, Cell, ContextError, Usage
+from recursa.core.budget import Budget, Ledger
+from recursa.core.context import prepare
+from recursa.core.parse import cap, code_blocks, format_cell
 
 
 # ---------------------------------------------------------------- parse
@@ -186,7 +186,7 @@ def test_unreadable_file_in_directory_is_skipped(tmp_path: Path):
 
 
 def test_reservation_estimate_counts_non_ascii_scripts_conservatively():
-    from recursa.dispatch import text_tokens
+    from recursa.core.dispatch import text_tokens
     assert text_tokens("a" * 400) == 100
     cjk = "\u4e2d" * 400                       # one CJK character is about one token or more
     assert text_tokens(cjk) >= 400
@@ -198,7 +198,7 @@ def test_reservation_estimate_counts_non_ascii_scripts_conservatively():
 def test_output_spec_reads_fenced_json_and_python_literals():
     from pydantic import BaseModel
 
-    from recursa.output import OutputSpec
+    from recursa.core.output import OutputSpec
 
     class Item(BaseModel):
         name: str
@@ -211,7 +211,7 @@ def test_output_spec_reads_fenced_json_and_python_literals():
 
 
 def test_output_spec_errors_are_short_and_name_the_place():
-    from recursa.output import OutputInvalid, OutputSpec
+    from recursa.core.output import OutputInvalid, OutputSpec
 
     spec = OutputSpec.of({"type": "object", "required": ["a"],
                           "properties": {"a": {"type": "array", "items": {"type": "integer"}}}})
@@ -225,9 +225,9 @@ def test_output_spec_errors_are_short_and_name_the_place():
 
 # ---------------------------------------------------------------- the run recorder
 def test_run_recorder_writes_the_contract_the_reader_reads():
-    from recursa.recorder import RunRecorder, result_from
-    from recursa.trace import CallbackSink, Tracer, build_run
-    from recursa.types import Completion
+    from recursa.base.types import Completion
+    from recursa.core.recorder import RunRecorder, result_from
+    from recursa.obs.trace import CallbackSink, Tracer, build_run
 
     events: list = []
     tracer = Tracer([CallbackSink(events.append)])

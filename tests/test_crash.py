@@ -19,9 +19,9 @@ from helpers_sandbox import MODES
 from helpers_wait import wait_until
 from recursa import RLM
 from recursa.models.replay import ReplayClient
+from recursa.obs.trace import load
 from recursa.sandbox import LocalSandbox
 from recursa.sandbox.transport import descendants
-from recursa.trace import load
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""The deadline owns `max_seconds` as a wall-clock promise (recursa.deadline): the last-answer
+"""The deadline owns `max_seconds` as a wall-clock promise (recursa.core.deadline): the last-answer
 turn is reserved inside the limit; a session's questions share an allowance; a parent ledger
 caps its children's spend."""
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from recursa import RLM
-from recursa.budget import Budget, Ledger
-from recursa.deadline import Allowance, Deadline, default_reserve
+from recursa.base.types import BudgetExceeded, Usage
+from recursa.core.budget import Budget, Ledger
+from recursa.core.deadline import Allowance, Deadline, default_reserve
 from recursa.models.replay import ReplayClient
-from recursa.trace import load
-from recursa.types import BudgetExceeded, Usage
+from recursa.obs.trace import load
 
 SLACK = 0.5     # the promise is the limit itself; this covers scheduling on a loaded machine
 

@@ -17,7 +17,7 @@ import pytest
 
 import helpers_documents as h
 from recursa import RLM
-from recursa import context as ctx
+from recursa.core import context as ctx
 from recursa.documents import Document, DocumentError, Location, MissingExtra, limits, load, locate
 from recursa.documents.model import revive, to_wire
 from recursa.models.replay import ReplayClient
@@ -340,7 +340,7 @@ def test_server_reads_an_attached_pdf(files: dict[str, Path]):
 
 
 def test_search_indexes_a_documents_text(files: dict[str, Path], tmp_path: Path):
-    from recursa.search_host import load_payload
+    from recursa.core.search_host import load_payload
     prep = ctx.prepare(files["pptx"], tmp_path / "w")
     value = load_payload(prep.payload)
     assert isinstance(value, Document) and value == load(files["pptx"])

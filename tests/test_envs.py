@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from recursa.bench import get_task
+from recursa.core.retrieval import BM25Index
 from recursa.envs import ENVS, VARIANTS, get_env, run_rollout, run_rollouts, strip_tips
 from recursa.envs.research import make_corpus_tools
 from recursa.envs.rollout import reward_of
 from recursa.models import ReplayClient
-from recursa.retrieval import BM25Index
-from recursa.trace import load, load_events
+from recursa.obs.trace import load, load_events
 
 
 def test_four_environments_three_variants() -> None:
@@ -60,7 +60,7 @@ def test_bm25_and_corpus_tools() -> None:
     assert page.startswith("Title: Whales\n\nThe b") and "offset=20" in page
     with pytest.raises(KeyError):
         open_page("d9")
-    from recursa.tools import make_tool
+    from recursa.core.tools import make_tool
     assert make_tool(search).parameters["required"] == ["query"]
 
 
@@ -129,7 +129,7 @@ async def test_research_rollouts_use_tools_in_both_variants(tmp_path: Path) -> N
 
 
 async def test_failed_rollout_scores_zero(tmp_path: Path) -> None:
-    from recursa.types import ModelError
+    from recursa.base.types import ModelError
     ro = await run_rollout("oolong", "llm", 0, model=ReplayClient([ModelError("down")]),
                            length_tokens=500, trace_dir=tmp_path)
     assert ro.status == "error" and ro.reward == 0.0 and "down" in (ro.error or "")

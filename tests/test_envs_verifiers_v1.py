@@ -103,7 +103,7 @@ async def test_policy_sub_calls_are_branches_linked_to_their_turn(tmp_path: Any)
     assert len(t.calls) == 4 and all(c.acp is not None for c in t.calls)
     # recursa's own trace of the same run, with the reward recorded in it
     from recursa.envs import reward_of
-    from recursa.trace import read_trace
+    from recursa.obs.trace import read_trace
     events = read_trace(t.info["recursa"]["trace_path"]).events
     assert reward_of(events)["reward"] == 1.0
     assert sum(e.kind == "subcall" and e.phase == "end" for e in events) == 2

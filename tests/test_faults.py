@@ -17,7 +17,7 @@ from openai_testserver import Fault, OpenAITestServer, count_tokens
 from recursa import RLM
 from recursa.models.openai_client import OpenAIClient
 from recursa.models.replay import ReplayClient
-from recursa.trace import load
+from recursa.obs.trace import load
 
 
 def sub_client(srv: OpenAITestServer, **kw) -> OpenAIClient:

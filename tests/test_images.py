@@ -17,13 +17,14 @@ from PIL import Image as PILImage  # noqa: E402
 from helpers_images import quadrants  # noqa: E402
 from openai_testserver import OpenAITestServer  # noqa: E402
 from provider_fakes import ProviderFake  # noqa: E402
-from recursa import RLM, images  # noqa: E402
-from recursa import context as ctx  # noqa: E402
-from recursa.images import Image, ImageError, content_text  # noqa: E402
+from recursa import RLM  # noqa: E402
+from recursa.base import images  # noqa: E402
+from recursa.base.images import Image, ImageError, content_text  # noqa: E402
+from recursa.base.types import ContextError, ModelError  # noqa: E402
+from recursa.core import context as ctx  # noqa: E402
 from recursa.models import make_client  # noqa: E402
 from recursa.models.replay import ReplayClient  # noqa: E402
-from recursa.trace import load_events  # noqa: E402
-from recursa.types import ContextError, ModelError  # noqa: E402
+from recursa.obs.trace import load_events  # noqa: E402
 
 
 def decode_data_url(url: str) -> PILImage.Image:

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from helpers_procs import tcp_listeners
+from recursa.base.types import ModelError
 from recursa.models import llama_server
 from recursa.models.local import LocalClient
-from recursa.types import ModelError
 
 FAKE = textwrap.dedent('''
     import json, os, socket, socketserver, sys

@@ -135,7 +135,7 @@ def test_options_reach_the_run(run_llm, tmp_path: Path) -> None:
                 "-o", "sandbox", "inprocess", "-o", "trace", str(trace), "Ask the sub", "-f",
                 str(doc))
     assert r.stdout.strip() == "sub said: I am the sub-model"
-    from recursa.trace import load
+    from recursa.obs.trace import load
     run = load(trace)
     assert run.status == "final" and run.totals.subcalls == 1
     assert run.by_role["sub"].calls == 1     # answered from sub.json: -o sub_model reached it

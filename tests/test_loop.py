@@ -11,9 +11,9 @@ from pydantic import BaseModel
 
 from helpers_scripted import is_root, repl, root_calls, root_script
 from recursa import RLM, Budget
+from recursa.base.types import ContextError, ModelError
 from recursa.models.replay import ReplayClient
-from recursa.trace import load_events
-from recursa.types import ContextError, ModelError
+from recursa.obs.trace import load_events
 
 CTX = "alpha beta gamma\n" * 200
 
@@ -87,7 +87,7 @@ def test_a_client_that_takes_stop_strings_ends_the_turn_at_made_up_output():
 
 
 def test_close_fence_closes_only_an_open_block():
-    from recursa.parse import close_fence
+    from recursa.core.parse import close_fence
     assert close_fence("```repl\nprint(1)\n") == "```repl\nprint(1)\n```"
     assert close_fence("```repl\nprint(1)\n```") == "```repl\nprint(1)\n```"
     assert close_fence("no code here") == "no code here"
@@ -297,7 +297,7 @@ def test_a_model_call_cut_by_max_seconds_is_a_limit_not_an_error(tmp_path: Path)
     """The client gives up at the run's deadline (the timeout the dispatcher passed it)."""
     import asyncio as _asyncio
 
-    from recursa.types import ModelError
+    from recursa.base.types import ModelError
 
     class Slow:
         name = "replay:slow"
@@ -330,7 +330,7 @@ def test_answer_source_says_how_the_answer_was_obtained(script, answer, source, 
               trace_path=tmp_path / "t.jsonl").completion("q", context=CTX)
     assert (res.answer, res.answer_source) == (answer, source)
     assert "```" not in res.answer
-    from recursa.trace import load
+    from recursa.obs.trace import load
     run = load(tmp_path / "t.jsonl")
     assert (run.answer, run.answer_source) == (answer, source)
 
@@ -396,7 +396,7 @@ def test_a_plain_text_answer_is_structured_by_one_sub_call(tmp_path):
 
 
 def test_structuring_asks_for_a_constrained_reply_where_the_client_can():
-    from recursa.output import OutputSpec
+    from recursa.core.output import OutputSpec
     spec = OutputSpec.of(City)
     _, local = spec.structuring_request("text", "local:qwen2.5-coder-1.5b")
     _, hosted = spec.structuring_request("text", "openai:gpt-5-mini")

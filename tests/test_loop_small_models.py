@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from helpers_scripted import repl
-from recursa import RLM, prompts
-from recursa.compaction import history_budget
-from recursa.compaction import msg_tokens as _msg_tokens
-from recursa.envs.sft import root_calls, root_conversations, root_messages
-from recursa.models.replay import ReplayClient
-from recursa.parse import (
+from recursa import RLM
+from recursa.base.types import Capabilities, Completion, Message
+from recursa.core import prompts
+from recursa.core.compaction import history_budget
+from recursa.core.compaction import msg_tokens as _msg_tokens
+from recursa.core.parse import (
     answer_text,
     code_blocks,
     final_line,
@@ -25,8 +25,9 @@ from recursa.parse import (
     normalize_code,
     prose_answer,
 )
-from recursa.trace import load
-from recursa.types import Capabilities, Completion, Message
+from recursa.envs.sft import root_calls, root_conversations, root_messages
+from recursa.models.replay import ReplayClient
+from recursa.obs.trace import load
 
 CTX = "".join(f"line {i:04d}: the quick brown fox jumps over the lazy dog\n" for i in range(400))
 
@@ -359,7 +360,7 @@ def test_compaction_of_the_last_turn_and_a_clashing_history_name(tmp_path: Path)
 
 
 def test_a_compaction_before_a_refused_call_is_replayed_too(tmp_path: Path) -> None:
-    from recursa.dispatch import DEFAULT_OUTPUT_RESERVE, text_tokens
+    from recursa.core.dispatch import DEFAULT_OUTPUT_RESERVE, text_tokens
     script = [repl(f"print(context[{i * 900}:{(i + 1) * 900}])") for i in range(8)] + ["KEEP"]
     _, root, run_ = run(script[:-1] + ["FINAL('x')"], tmp_path, window=3000)
     first = next(i for i, t in enumerate(turn_nodes(run_))

@@ -4,7 +4,7 @@ The models are a real OpenAI-protocol HTTP server (tests/openai_testserver.py) t
 requests it is told to (it sleeps), reached through the real OpenAIClient; the sandbox is the
 real local one. Each test checks the run's wall time against the promise: at most 1 s past
 `max_seconds`, the one last-answer turn included (its time is reserved inside the limit,
-recursa.deadline). Before this promise a call cut by its client's timeout was retried, and the
+recursa.core.deadline). Before this promise a call cut by its client's timeout was retried, and the
 last-answer turn came on top of the limit.
 """
 
@@ -20,7 +20,7 @@ from helpers_scripted import repl
 from openai_testserver import Fault, OpenAITestServer
 from recursa import RLM
 from recursa.models.openai_client import OpenAIClient
-from recursa.trace import load
+from recursa.obs.trace import load
 
 MAX_S = 1.5
 SLACK = 1.0          # the promise: at most 1 s past max_seconds (+ the last turn)

@@ -11,11 +11,11 @@ import urllib.request
 import pytest
 
 from openai_testserver import Fault, OpenAITestServer
+from recursa.base.types import ModelClient, ModelError
 from recursa.models import make_client
 from recursa.models.anthropic_client import AnthropicClient, split_system
 from recursa.models.openai_client import OpenAIClient
 from recursa.models.retry import parse_retry_after
-from recursa.types import ModelClient, ModelError
 
 USER = [{"role": "user", "content": "hello there, model"}]
 

@@ -20,12 +20,12 @@ import pytest
 
 from helpers_procs import tcp_listeners
 from recursa import RLM
+from recursa.base.types import ModelError
 from recursa.models import llama_server, make_client
 from recursa.models.fetch import fetch_model
 from recursa.models.local import LocalClient
 from recursa.models.replay import ReplayClient
-from recursa.trace import load
-from recursa.types import ModelError
+from recursa.obs.trace import load
 
 QUESTION = [{"role": "user", "content": "What is 2+3? Reply with just the number."}]
 

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from recursa.base.types import ModelClient, ModelError, Usage
 from recursa.models import (
     ReplayClient,
     ReplayExhausted,
@@ -25,7 +26,6 @@ from recursa.models.retry import (
     backoff_delay,
     with_retries,
 )
-from recursa.types import ModelClient, ModelError, Usage
 
 
 # ------------------------------------------------------------------ specs

@@ -1,4 +1,4 @@
-"""Rich display in Jupyter (recursa.notebook): a real notebook executed by nbclient in a real
+"""Rich display in Jupyter (recursa.obs.notebook): a real notebook executed by nbclient in a real
 ipykernel, with a scripted model, and the HTML pieces checked on their own."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from recursa.notebook import NotebookProgress, result_html, run_html, viewer_iframe
-from recursa.types import Event, Result, RoleUsage, Usage
+from recursa.base.types import Event, Result, RoleUsage, Usage
+from recursa.obs.notebook import NotebookProgress, result_html, run_html, viewer_iframe
 
 SCRIPT = [
     "```repl\nhint = llm_query('Say hi')\nprint(hint)\n```",
@@ -25,18 +25,18 @@ from recursa.models import ReplayClient
 rlm = RLM(model=ReplayClient({SCRIPT!r}), sandbox="inprocess", preflight=False)
 res = rlm.completion("How long is the context?", context="abc" * 100)
 res""",
-    # 2: a run written to a trace file, read back with recursa.trace.load
-    f"""import recursa.trace
+    # 2: a run written to a trace file, read back with recursa.obs.trace.load
+    f"""import recursa.obs.trace
 rlm2 = RLM(model=ReplayClient({SCRIPT!r}), sandbox="inprocess", preflight=False,
            trace_path="run.jsonl")
 res2 = rlm2.completion("And now?", context="xy" * 10)
-recursa.trace.load("run.jsonl")""",
+recursa.obs.trace.load("run.jsonl")""",
     # 3: progress off: no display during the run
-    f"""import recursa.notebook
-recursa.notebook.show_progress(False)
+    f"""import recursa.obs.notebook
+recursa.obs.notebook.show_progress(False)
 res3 = RLM(model=ReplayClient({SCRIPT!r}), sandbox="inprocess",
            preflight=False).completion("Quiet?", context="q")
-recursa.notebook.show_progress(True)
+recursa.obs.notebook.show_progress(True)
 print(res3.status)""",
     # 4: the async twin, awaited on the kernel's own loop
     f"""res4 = await RLM(model=ReplayClient({SCRIPT!r}), sandbox="inprocess",
@@ -126,9 +126,9 @@ def test_progress_sink_keeps_events_for_the_result_and_trace_reader(tmp_path: Pa
     """Without a kernel the sink cannot display, but it keeps the run's events (a display
     error never fails the run) so the Result's viewer works; a Run read from a trace shows its
     viewer from the file."""
+    from recursa.core.rlm import RLM
     from recursa.models import ReplayClient
-    from recursa.rlm import RLM
-    from recursa.trace import load
+    from recursa.obs.trace import load
 
     sink = NotebookProgress()
     rlm = RLM(model=ReplayClient(list(SCRIPT)), sandbox="inprocess", preflight=False,

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from openai_testserver import OpenAITestServer
+from recursa.base.types import ModelError
 from recursa.models.openai_client import OpenAIClient
-from recursa.types import ModelError
 
 USER = [{"role": "user", "content": "hello"}]
 

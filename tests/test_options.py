@@ -135,8 +135,8 @@ def test_mcp_server_and_server_cli_do_not_import_each_other() -> None:
 
 def test_a_missing_extra_is_one_error_type_with_the_pip_command(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from recursa.base.extras import MissingExtra
     from recursa.cli import main
-    from recursa.extras import MissingExtra
     e = MissingExtra("serve", "recursa serve", module="uvicorn")
     assert isinstance(e, ImportError) and e.name == "uvicorn"
     assert str(e) == "recursa serve needs the 'uvicorn' package: pip install 'recursa[serve]'"

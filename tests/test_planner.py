@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from recursa import RLM
-from recursa import planner as pl
 from recursa.bench.methods import MethodConfig, parse_method
+from recursa.core import planner as pl
+from recursa.core.prompts import system_prompt
 from recursa.models.replay import ReplayClient
+from recursa.obs.trace import load_events
 from recursa.options import RLMOptions
-from recursa.prompts import system_prompt
-from recursa.trace import load_events
 
 REVIEWS = "\n".join(f"User {i}: " + ("I love it" if i % 3 else "awful, broken")
                     for i in range(1, 31))
@@ -98,7 +98,7 @@ def _vault_run(monkeypatch=None):
 
 
 def test_retrieve_read_without_search_filters_chunks_then_reads_the_relevant_ones(monkeypatch):
-    from recursa import search_host
+    from recursa.core import search_host
 
     async def no_search(payload, args):
         raise RuntimeError("search is not installed")
@@ -108,7 +108,7 @@ def test_retrieve_read_without_search_filters_chunks_then_reads_the_relevant_one
     assert "1 read; answers: ['4417']" in first_code_message(root)
 
 
-@pytest.mark.skipif(not __import__("recursa.search_host").search_host.available(),
+@pytest.mark.skipif(not __import__("recursa.core.search_host").core.search_host.available(),
                     reason="the search extra is not installed")
 def test_retrieve_read_with_search_reads_only_the_searched_passages():
     root, filters, reads = _vault_run()
@@ -238,8 +238,8 @@ def test_the_live_view_shows_the_bound_before_the_plan_runs():
 
     from rich.console import Console
 
-    from recursa.console import ConsoleView
-    from recursa.types import Event
+    from recursa.base.types import Event
+    from recursa.obs.console import ConsoleView
     buf = io.StringIO()
     view = ConsoleView(Console(file=buf, width=120))
     try:

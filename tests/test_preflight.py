@@ -16,7 +16,7 @@ import pytest
 
 from openai_testserver import OpenAITestServer
 from recursa import RLM
-from recursa.preflight import PreflightError
+from recursa.core.preflight import PreflightError
 
 LOOP = "```repl\nfor i in range(20):\n    llm_query('hi ' + str(i))\n```"
 
@@ -102,7 +102,7 @@ def test_unreachable_endpoint_and_missing_model_file_fail_before_any_call(tmp_pa
 
 
 def test_sandbox_engines_and_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from recursa.preflight import check
+    from recursa.core.preflight import check
     for var in ("E2B_API_KEY", "DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN", "MODAL_TOKEN_ID",
                 "MODAL_TOKEN_SECRET"):
         monkeypatch.delenv(var, raising=False)

@@ -11,10 +11,10 @@ import pytest
 
 from helpers_scripted import repl, root_script
 from recursa import RLM
+from recursa.base.privatefiles import open_private, private_dir, touch_private, write_private_text
 from recursa.models.cache import ResponseCache
 from recursa.models.replay import ReplayClient
-from recursa.privatefiles import open_private, private_dir, touch_private, write_private_text
-from recursa.trace import JsonlSink, Tracer
+from recursa.obs.trace import JsonlSink, Tracer
 
 
 def mode(p: str | Path) -> int:
@@ -115,7 +115,7 @@ def test_viewer_page_sft_export_and_bench_rows(tmp_path, umask):
     from recursa.bench.runner import ResultsFile
     from recursa.envs.rollout import write_results
     from recursa.envs.sft import export_sft
-    from recursa.viewer import write_html
+    from recursa.obs.viewer import write_html
 
     client = ReplayClient(root_script(repl('FINAL("ok")')))
     trace = tmp_path / "t.jsonl"

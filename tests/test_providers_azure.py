@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from provider_fakes import ProviderFake
+from recursa.base.types import ModelClient, ModelError
 from recursa.models import make_client
 from recursa.models.azure_client import DEFAULT_API_VERSION, AzureOpenAIClient
-from recursa.types import ModelClient, ModelError
 
 USER = [{"role": "user", "content": "hello azure"}]
 

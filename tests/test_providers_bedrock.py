@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("boto3")
 
 from provider_fakes import ProviderFake  # noqa: E402
+from recursa.base.types import ModelClient, ModelError  # noqa: E402
 from recursa.models import make_client  # noqa: E402
 from recursa.models.bedrock_client import BedrockClient, bedrock_price_name  # noqa: E402
-from recursa.types import ModelClient, ModelError  # noqa: E402
 
 MODEL = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
 USER = [{"role": "user", "content": "hello bedrock"}]

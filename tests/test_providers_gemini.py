@@ -10,9 +10,9 @@ import pytest
 pytest.importorskip("google.genai")
 
 from provider_fakes import ProviderFake  # noqa: E402
+from recursa.base.types import ModelClient, ModelError  # noqa: E402
 from recursa.models import make_client  # noqa: E402
 from recursa.models.gemini_client import GeminiClient, gemini_contents  # noqa: E402
-from recursa.types import ModelClient, ModelError  # noqa: E402
 
 USER = [{"role": "user", "content": "hello gemini"}]
 

@@ -11,9 +11,9 @@ if importlib.util.find_spec("litellm") is None:   # not importorskip: importing 
     pytest.skip("litellm not installed", allow_module_level=True)   # bypass the offline setting
 
 from openai_testserver import Fault, OpenAITestServer  # noqa: E402
+from recursa.base.types import ModelClient, ModelError  # noqa: E402
 from recursa.models import make_client  # noqa: E402
 from recursa.models.litellm_client import LiteLLMClient  # noqa: E402
-from recursa.types import ModelClient, ModelError  # noqa: E402
 
 pytestmark = pytest.mark.slow
 USER = [{"role": "user", "content": "hello litellm"}]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from provider_fakes import PromptCache, ProviderFake
+from recursa.base.types import Usage
 from recursa.models import make_client
 from recursa.models.anthropic_client import add_cache_breakpoints
 from recursa.models.pricing import cost_usd
-from recursa.types import Usage
 
 SYSTEM = "You are the root model of a recursive language model run. " * 100  # ~1.5k tokens
 

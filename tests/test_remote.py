@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
+from recursa.base.types import ContextPayload, Sandbox, SandboxError
 from recursa.sandbox.local import base_python
 from recursa.sandbox.remote import KINDS, RemoteSandbox, make_remote_sandbox
 from recursa.sandbox.remote.base import StreamTransport, worker_command
 from recursa.sandbox.transport import SubprocessTransport, Transport
-from recursa.types import ContextPayload, Sandbox, SandboxError
 
 PY = base_python()
 TEXT = "alpha beta gamma\n" * 500

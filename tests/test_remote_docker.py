@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from recursa.base.types import ContextPayload, SandboxError
 from recursa.sandbox.remote import make_remote_sandbox
 from recursa.sandbox.remote.docker import DockerLauncher, DockerTransport, _stage
-from recursa.types import ContextPayload, SandboxError
 
 
 def payload_for(tmp_path: Path) -> ContextPayload:

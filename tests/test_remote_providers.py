@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from recursa.base.types import ContextPayload
 from recursa.sandbox.local import base_python
 from recursa.sandbox.remote import RemoteSandbox, make_remote_sandbox
-from recursa.types import ContextPayload
 
 PY = base_python()
 TEXT = "one two three\n" * 100

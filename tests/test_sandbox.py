@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from helpers_sandbox import Recorder, payload_for, run
+from recursa.base.types import ContextPayload, Sandbox
 from recursa.sandbox import InProcessSandbox, LocalSandbox, make_sandbox
-from recursa.types import ContextPayload, Sandbox
 
 KINDS = ["local", "inprocess"]
 
@@ -264,7 +264,7 @@ def test_inprocess_cells_and_the_host_parse_under_one_lock() -> None:
     cell's compile waits."""
     import threading
 
-    from recursa.parse import AST_LOCK, parse_python
+    from recursa.core.parse import AST_LOCK, parse_python
     from recursa.sandbox.inprocess import worker_module
 
     mod = worker_module()

@@ -32,13 +32,13 @@ import sandbox_asuser
 from helpers_sandbox import needs_bwrap
 from openai_testserver import OpenAITestServer
 from recursa import RLM
+from recursa.base.tempdirs import WORKER_UID_MAX, WORKER_UID_MIN
+from recursa.core.preflight import PreflightError
 from recursa.models.replay import ReplayClient
-from recursa.preflight import PreflightError
 from recursa.sandbox import LocalSandbox, make_sandbox
 from recursa.sandbox import uids as uids_mod
 from recursa.sandbox.isolation import IsolationUnavailable, unavailable_reason
 from recursa.sandbox.protocol import WORKER_PATH
-from recursa.tempdirs import WORKER_UID_MAX, WORKER_UID_MIN
 
 ROOT = os.geteuid() == 0
 MISSING = "/nonexistent/bwrap"
@@ -288,7 +288,7 @@ def _probe_run(tmp_path: Path, sandbox: Any, sleep: float = 0.0) -> RLM:
 async def _probe(tmp_path: Path, sandbox: Any, sleep: float = 0.0) -> dict[str, Any]:
     import json
 
-    from recursa.trace import load
+    from recursa.obs.trace import load
     rlm = _probe_run(tmp_path, sandbox, sleep)
     res = await rlm.acompletion("probe", context="ctx")
     assert res.status == "final", res.error

@@ -15,7 +15,7 @@ import pytest
 
 from helpers_procs import alive
 from helpers_sandbox import run, started
-from recursa.types import SandboxError
+from recursa.base.types import SandboxError
 
 # Model-written code: the worker's channel and the running cell's id, found through gc, and a
 # raw frame writer (under the channel's lock, so frames do not interleave with honest ones).

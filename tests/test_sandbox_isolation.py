@@ -14,9 +14,9 @@ import pytest
 
 from helpers_procs import alive, processes_with
 from helpers_sandbox import MODES, Recorder, needs_bwrap, payload_for, run
+from recursa.base.types import SandboxError
 from recursa.sandbox import LocalSandbox, WorkerSession
 from recursa.sandbox.transport import SubprocessTransport, descendants, describe_exit
-from recursa.types import SandboxError
 
 
 @pytest.fixture
@@ -301,7 +301,7 @@ async def test_many_cells_latency_is_small(local):
 HOST_SCRIPT = """
 import asyncio, sys
 from recursa.sandbox import LocalSandbox
-from recursa.types import ContextPayload
+from recursa.base.types import ContextPayload
 
 async def handler(kind, args):
     return ""
@@ -342,8 +342,8 @@ async def test_worker_dies_when_host_is_killed(mode, tmp_path):
 
 
 def test_sandboxes_satisfy_the_protocol():
+    from recursa.base.types import Sandbox
     from recursa.sandbox import InProcessSandbox
-    from recursa.types import Sandbox
 
     assert isinstance(LocalSandbox(isolation="limits"), Sandbox)
     assert isinstance(InProcessSandbox(), Sandbox)

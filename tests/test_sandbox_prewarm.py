@@ -437,7 +437,7 @@ HOST = textwrap.dedent("""
     import asyncio, json, sys, time
     from recursa.sandbox import LocalSandbox
     from recursa.sandbox.local import POOL
-    from recursa.types import ContextPayload
+    from recursa.base.types import ContextPayload
 
     async def handler(kind, args):
         return ""

@@ -188,7 +188,7 @@ async def test_a_zygote_that_cannot_start_falls_back_to_a_worker_per_run(tmp_pat
 KILLED = textwrap.dedent("""
     import asyncio, sys
     from recursa.sandbox import LocalSandbox
-    from recursa.types import ContextPayload
+    from recursa.base.types import ContextPayload
 
     async def handler(kind, args):
         return ""
@@ -227,7 +227,7 @@ def test_a_killed_hosts_runs_and_groups_are_swept_by_the_next_process(tmp_path):
     runs = [p for p in tmp.iterdir() if p.name.startswith(f"recursa-runs-{host.pid}-")]
     assert len(runs) == 1 and workspace.startswith(str(runs[0]))
     group_dirs = eval(groups[0]) if groups else []
-    sweeper = ("from recursa.tempdirs import owned_tempdir, sweep_stale\n"
+    sweeper = ("from recursa.base.tempdirs import owned_tempdir, sweep_stale\n"
                "from recursa.sandbox.treelimits import cgroup_host\n"
                "print(len(sweep_stale())); cgroup_host()")
     out = subprocess.run([sys.executable, "-c", sweeper], env=env, capture_output=True,

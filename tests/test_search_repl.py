@@ -1,5 +1,5 @@
 """search() in the REPL, end to end: a scripted root model, the real local sandbox (bubblewrap
-where available), the host-side index (recursa.search_host) and the real WordLlama model."""
+where available), the host-side index (recursa.core.search_host) and the real WordLlama model."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import json
 import pytest
 
 # find_spec, not importorskip: importing wordllama outside recursa's guard would configure
-# the root logger (recursa.semantic._import_wordllama)
+# the root logger (recursa.core.semantic._import_wordllama)
 if not all(importlib.util.find_spec(m) for m in ("wordllama", "bm25s")):
     pytest.skip("needs the search extra: pip install 'recursa[search]'", allow_module_level=True)
 
 from helpers_scripted import repl
-from recursa import RLM, search_host  # noqa: E402
+from recursa import RLM  # noqa: E402
+from recursa.core import search_host  # noqa: E402
 from recursa.models.replay import ReplayClient  # noqa: E402
 
 NEEDLE = "The chef refused to serve shellfish after three diners fell ill with food poisoning."
@@ -100,7 +101,7 @@ def test_index_is_built_once_per_context():
 
 
 def test_payload_round_trip_matches_the_worker(tmp_path):
-    from recursa import context as ctx
+    from recursa.core import context as ctx
     value = {"a": "x", "b": [1, "two"]}
     prep = ctx.prepare(value, tmp_path)
     assert search_host.load_payload(prep.payload) == json.loads(json.dumps(value))

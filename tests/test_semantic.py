@@ -1,4 +1,4 @@
-"""recursa.semantic: cutting a context into passages, positions of hits, rank fusion, contexts
+"""recursa.core.semantic: cutting a context into passages, positions of hits, rank fusion, contexts
 of every shape, offline loading and the missing-extra error (the real WordLlama model)."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 # find_spec, not importorskip: importing wordllama outside recursa's guard would configure
-# the root logger (recursa.semantic._import_wordllama)
+# the root logger (recursa.core.semantic._import_wordllama)
 if not all(importlib.util.find_spec(m) for m in ("wordllama", "bm25s")):
     pytest.skip("needs the search extra: pip install 'recursa[search]'", allow_module_level=True)
 
-from recursa import semantic  # noqa: E402
-from recursa.extras import MissingExtra  # noqa: E402
-from recursa.semantic import (  # noqa: E402
+from recursa.base.extras import MissingExtra  # noqa: E402
+from recursa.core import semantic  # noqa: E402
+from recursa.core.semantic import (  # noqa: E402
     MAX_UNIT_CHARS,
     RRF_K,
     SemanticIndex,
@@ -233,7 +233,7 @@ def _run_isolated(code: str, *prefix: str, home: Path) -> subprocess.CompletedPr
 
 SEARCH_ONCE = """
     import logging, socket
-    from recursa.semantic import SemanticIndex
+    from recursa.core.semantic import SemanticIndex
     ix = SemanticIndex("The ferry stopped when the harbour froze. Bread is baked at dawn.")
     hits = ix.search("boat service suspended in winter ice", 1)
     assert hits and "ferry" in hits[0]["text"], hits

@@ -11,7 +11,7 @@ import pytest
 if not all(importlib.util.find_spec(m) for m in ("wordllama", "bm25s")):
     pytest.skip("needs the search extra: pip install 'recursa[search]'", allow_module_level=True)
 
-from recursa.semantic import SemanticIndex  # noqa: E402
+from recursa.core.semantic import SemanticIndex  # noqa: E402
 from search_needles import NEEDLES, found_in_top, haystack  # noqa: E402
 
 SEEDS = (0, 1, 2)

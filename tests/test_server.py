@@ -20,7 +20,7 @@ uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
 from helpers_server import KEY, CountingSandboxes, Scripted, Server, code, make_server  # noqa: E402
-from recursa.rlm import RLM  # noqa: E402
+from recursa.core.rlm import RLM  # noqa: E402
 from recursa.server.openai_app import RunSpec, ServerConfig, create_app, parse_chat  # noqa: E402
 
 
@@ -442,7 +442,7 @@ def test_disconnect_kills_a_running_local_sandbox_cell() -> None:
 
 def test_failed_run_is_502() -> None:
     def broken(messages: list[dict[str, Any]]) -> str:
-        from recursa.types import ModelError
+        from recursa.base.types import ModelError
         raise ModelError("upstream exploded")
     with make_server(Scripted(broken)) as srv:
         with pytest.raises(openai.APIStatusError) as e:

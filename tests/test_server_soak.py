@@ -106,7 +106,7 @@ def test_a_client_that_disconnects_mid_stream_cancels_its_run_and_frees_its_sand
         assert wait_until(lambda: health(base)["running"] == 0, 10), "the run was not cancelled"
         cancelled = time.monotonic() - t0
         # (0.2 s here; the bound is loose because closing a session may wait up to 10 s for a
-        # cancelled question's clean-up: recursa/session.py `_aclose_inner`)
+        # cancelled question's clean-up: recursa/core/session.py `_aclose_inner`)
         assert wait_until(lambda: not (descendants(proc.pid) & run_procs), 30), \
             f"the sandbox's processes outlived the run: {descendants(proc.pid) & run_procs}"
         gone = time.monotonic() - t0

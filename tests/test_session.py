@@ -10,10 +10,10 @@ import pytest
 
 from helpers_scripted import is_root, repl, root_calls, root_script
 from recursa import RLM, BudgetExceeded, ContextError
+from recursa.core.session import HISTORY_VAR, SessionClosed
 from recursa.models.replay import ReplayClient
+from recursa.obs.trace import load_runs
 from recursa.sandbox.inprocess import InProcessSandbox
-from recursa.session import HISTORY_VAR, SessionClosed
-from recursa.trace import load_runs
 
 CTX = "alpha beta gamma\n" * 200
 

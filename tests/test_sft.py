@@ -12,7 +12,7 @@ from recursa.cli import main
 from recursa.envs import get_env, run_rollout
 from recursa.envs.sft import export_sft, root_messages
 from recursa.models import ReplayClient
-from recursa.trace import load
+from recursa.obs.trace import load
 
 REAL_TRACES = Path(__file__).resolve().parents[1] / "docs" / "ablation"
 

@@ -1,4 +1,4 @@
-"""Answers with verified sources (recursa.sources): finding quotes in str / list / dict / folder
+"""Answers with verified sources (recursa.core.sources): finding quotes in str / list / dict / folder
 contexts (exact, normalized, fuzzy, not at all), the locator seam, and the loop carrying the
 REPL's sources into Result, the trace, the CLI and the server (scripted models, real sandboxes)."""
 
@@ -15,13 +15,14 @@ import pytest
 
 import helpers_documents as hd
 from helpers_scripted import is_root, root_script
-from recursa import RLM, prompts, sources
+from recursa import RLM
+from recursa.base.types import Location
+from recursa.core import prompts, sources
 from recursa.documents import Location as DocLocation
 from recursa.documents import load
 from recursa.documents import locate as documents_locate
 from recursa.models.replay import ReplayClient
-from recursa.trace import load_events
-from recursa.types import Location
+from recursa.obs.trace import load_events
 
 NOTES = "\n".join(f"Note {i}: ticket {1000 + i} was reviewed and closed without changes."
                   for i in range(60))

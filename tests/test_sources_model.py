@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from recursa import RLM
+from recursa.base.types import Completion, Message
 from recursa.models import make_client
 from recursa.models.fetch import is_fetched
-from recursa.types import Completion, Message
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 MODEL = "local:qwen2.5-coder-1.5b"

@@ -14,9 +14,9 @@ openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
-from recursa import prompts  # noqa: E402
+from recursa.core import prompts  # noqa: E402
+from recursa.core.rlm import RLM  # noqa: E402
 from recursa.models.replay import ReplayClient  # noqa: E402
-from recursa.rlm import RLM  # noqa: E402
 from recursa.server.openai_app import RunSpec, ServerConfig, create_app  # noqa: E402
 
 DOC = "Minutes.\nThe Ada meeting was held in Lyon on 3 May.\nNothing else happened.\n"

@@ -1,4 +1,4 @@
-"""The loop as a step machine (recursa.loop.Run), driven step by step with a scripted `replay:`
+"""The loop as a step machine (recursa.core.loop.Run), driven step by step with a scripted `replay:`
 model and a real in-process sandbox; guards and compaction as functions of the run's state."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from recursa.budget import Budget, Ledger
-from recursa.compaction import compact, history_code, msg_tokens, over
-from recursa.guards import hold_ungrounded, prose
-from recursa.loop import Ask, Run, RunEnv, run_loop
+from recursa.base.types import BudgetExceeded, Completion, Event, Result
+from recursa.core.budget import Budget, Ledger
+from recursa.core.compaction import compact, history_code, msg_tokens, over
+from recursa.core.guards import hold_ungrounded, prose
+from recursa.core.loop import Ask, Run, RunEnv, run_loop
+from recursa.core.state import RunState
 from recursa.models.replay import ReplayClient
+from recursa.obs.trace import CallbackSink, Tracer
 from recursa.sandbox.inprocess import InProcessSandbox
-from recursa.state import RunState
-from recursa.trace import CallbackSink, Tracer
-from recursa.types import BudgetExceeded, Completion, Event, Result
 
 CTX = "alpha beta gamma\n" * 50
 

@@ -13,16 +13,16 @@ import pytest
 
 from openai_testserver import Fault, OpenAITestServer
 from recursa import RLM
-from recursa.console import ConsoleView
-from recursa.jsonl_view import JsonLinesView
+from recursa.base.types import Event, ModelError
 from recursa.models.anthropic_client import AnthropicClient
 from recursa.models.cache import CachedClient, ResponseCache
 from recursa.models.openai_client import OpenAIClient
 from recursa.models.replay import ReplayClient
 from recursa.models.streaming import StreamCut, complete_streaming
-from recursa.streaming import DeltaEmitter, StreamedText
-from recursa.trace import JsonlSink, Tracer, read_trace
-from recursa.types import Event, ModelError
+from recursa.obs.console import ConsoleView
+from recursa.obs.jsonl_view import JsonLinesView
+from recursa.obs.streaming import DeltaEmitter, StreamedText
+from recursa.obs.trace import JsonlSink, Tracer, read_trace
 
 MSGS = [{"role": "system", "content": "be brief"},
         {"role": "user", "content": "say something long enough to stream in pieces"}]

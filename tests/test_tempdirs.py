@@ -17,8 +17,8 @@ import pytest
 
 from helpers_sandbox import MODES
 from helpers_wait import wait_until
-from recursa import tempdirs
-from recursa.tempdirs import identity, owned_tempdir, start_sweep, sweep_stale
+from recursa.base import tempdirs
+from recursa.base.tempdirs import identity, owned_tempdir, start_sweep, sweep_stale
 
 SRC = str(Path(__file__).resolve().parent.parent / "src")
 ROOT = os.geteuid() == 0
@@ -77,7 +77,7 @@ KILLED = textwrap.dedent("""
 
 SWEEPER = textwrap.dedent("""
     import json, threading
-    from recursa.tempdirs import owned_tempdir
+    from recursa.base.tempdirs import owned_tempdir
     mine = owned_tempdir("recursa-ctx-")     # the first one starts the sweep
     for t in threading.enumerate():
         if t.name == "recursa-tmp-sweep":
@@ -117,8 +117,8 @@ def test_a_killed_hosts_dirs_are_swept_by_the_next_process(mode, tmp_path):
 HOLD = textwrap.dedent("""
     import asyncio, json, os, sys
     from recursa.sandbox import LocalSandbox
-    from recursa.tempdirs import owned_tempdir, sweep_stale
-    from recursa.types import ContextPayload
+    from recursa.base.tempdirs import owned_tempdir, sweep_stale
+    from recursa.base.types import ContextPayload
 
     async def handler(kind, args):
         return ""

@@ -10,10 +10,10 @@ from typing import Any, Literal
 import pytest
 
 from recursa import RLM
-from recursa.budget import Budget, Ledger
-from recursa.dispatch import Dispatcher, Node
-from recursa.models import ReplayClient
-from recursa.tools import (
+from recursa.base.types import Capabilities, Completion, Usage
+from recursa.core.budget import Budget, Ledger
+from recursa.core.dispatch import Dispatcher, Node
+from recursa.core.tools import (
     FORCE_ANSWER,
     ToolSet,
     call_tool,
@@ -21,8 +21,8 @@ from recursa.tools import (
     parse_text_calls,
     run_tool_loop,
 )
-from recursa.trace import Tracer, load
-from recursa.types import Capabilities, Completion, Usage
+from recursa.models import ReplayClient
+from recursa.obs.trace import Tracer, load
 
 
 # ------------------------------------------------------------------ schemas
@@ -137,7 +137,7 @@ async def test_call_tool_errors_and_timeouts() -> None:
 
 
 def _dispatcher(client: Any, events: list[Any] | None = None, **budget: Any) -> Dispatcher:
-    from recursa.trace import CallbackSink
+    from recursa.obs.trace import CallbackSink
     sinks = [CallbackSink(events.append)] if events is not None else []
     return Dispatcher(ledger=Ledger(Budget(**budget)), tracer=Tracer(sinks), sub_client=client,
                       clients={})

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from recursa.trace import (
+from recursa.obs.trace import (
     TRACE_FORMAT,
     JsonlSink,
     Redactor,
@@ -18,7 +18,7 @@ from recursa.trace import (
     load_runs,
     parse_lines,
 )
-from recursa.viewer.synthetic import demo_context, demo_run, write_synthetic_trace
+from recursa.synthetic import demo_context, demo_run, write_synthetic_trace
 
 USAGE = {"input_tokens": 100, "output_tokens": 10, "cached_tokens": 0}
 

@@ -5,8 +5,8 @@ import sys
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "src"))
 from recursa import demo_paraphrase as D
+from recursa.core.semantic import SemanticIndex
 from recursa.models.local import LocalClient
-from recursa.semantic import SemanticIndex
 
 HYDE = "Write one short sentence, in plain everyday words, that a document answering this question might contain (invent the details): "
 READ = " Answer from the text above in a few words, or reply 'none' if it does not say."

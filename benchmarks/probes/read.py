@@ -5,8 +5,8 @@ import sys
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "src"))
 from recursa.bench.tasks import para_niah
+from recursa.core.semantic import SemanticIndex
 from recursa.models.local import LocalClient
-from recursa.semantic import SemanticIndex
 
 T = para_niah.ParaNIAH()
 READ_A = "{w}\n\n{q} Answer from the text above in a few words, or reply 'none' if it does not say."

@@ -2,7 +2,7 @@ import sys
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "src"))
 from recursa.bench.tasks import para_niah
-from recursa.semantic import SemanticIndex
+from recursa.core.semantic import SemanticIndex
 
 T = para_niah.ParaNIAH()
 split = sys.argv[1]

@@ -190,7 +190,7 @@ def _context_and_query(prompt: Any) -> tuple[Any, str]:
         raise llm.ModelError("recursa: give a question as the prompt, the documents with -f/-a")
     if len(docs) == 1:
         return next(iter(docs.values())), query
-    from recursa.context import load_path
+    from recursa.core.context import load_path
     return {k: (load_path(v)[0] if isinstance(v, Path) else v) for k, v in docs.items()}, query
 
 

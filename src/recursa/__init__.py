@@ -4,7 +4,7 @@ The names below load on first use (PEP 562), so `import recursa` and the `recurs
 `--version` / `--help` cost no more than they use; `from recursa import RLM` works as always.
 Importing recursa changes nothing process-wide: no thread, no exit or fork hook, no import
 hook, the garbage collector left as it is (what recursa keeps running is started on use and
-owned by `recursa.background`).
+owned by `recursa.base.background`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ TYPE_CHECKING = False     # typing's constant, as mypy reads it, without importi
 if TYPE_CHECKING:
     from typing import Any
 
-    from recursa.budget import Budget
-    from recursa.images import Image
-    from recursa.rlm import RLM, acompletion, completion
-    from recursa.types import (
+    from recursa.base.images import Image
+    from recursa.base.types import (
         BudgetExceeded,
         Cell,
         Completion,
@@ -28,24 +26,26 @@ if TYPE_CHECKING:
         SandboxError,
         Usage,
     )
+    from recursa.core.budget import Budget
+    from recursa.core.rlm import RLM, acompletion, completion
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "RLM": "recursa.rlm",
-    "Budget": "recursa.budget",
-    "Image": "recursa.images",
-    "acompletion": "recursa.rlm",
-    "completion": "recursa.rlm",
-    "BudgetExceeded": "recursa.types",
-    "Cell": "recursa.types",
-    "Completion": "recursa.types",
-    "ContextError": "recursa.types",
-    "Event": "recursa.types",
-    "ModelError": "recursa.types",
-    "RecursaError": "recursa.types",
-    "Result": "recursa.types",
-    "SandboxError": "recursa.types",
-    "Usage": "recursa.types",
+    "RLM": "recursa.core.rlm",
+    "Budget": "recursa.core.budget",
+    "Image": "recursa.base.images",
+    "acompletion": "recursa.core.rlm",
+    "completion": "recursa.core.rlm",
+    "BudgetExceeded": "recursa.base.types",
+    "Cell": "recursa.base.types",
+    "Completion": "recursa.base.types",
+    "ContextError": "recursa.base.types",
+    "Event": "recursa.base.types",
+    "ModelError": "recursa.base.types",
+    "RecursaError": "recursa.base.types",
+    "Result": "recursa.base.types",
+    "SandboxError": "recursa.base.types",
+    "Usage": "recursa.base.types",
 }
 
 __all__ = [

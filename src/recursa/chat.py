@@ -1,6 +1,6 @@
 """`recursa chat --context PATH`: questions about one context in a terminal, in one session.
 
-Every question runs in the same sandbox (recursa.session): variables and earlier answers carry
+Every question runs in the same sandbox (recursa.core.session): variables and earlier answers carry
 over. Ctrl-C cancels the question being answered, not the chat; Ctrl-D or /quit leaves.
 Commands: /cost (spend so far), /trace (the trace file), /history, /help, /quit.
 """
@@ -47,9 +47,9 @@ def default_trace_dir() -> Path:
 
 
 def cmd_chat(a: argparse.Namespace) -> int:
+    from recursa.base.types import RecursaError
+    from recursa.core.session import SESSION_LIMITS
     from recursa.options import RLMOptions, plain_error
-    from recursa.session import SESSION_LIMITS
-    from recursa.types import RecursaError
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
@@ -59,7 +59,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
             raise ValueError(f"--context {a.context}: no such file or directory")
         opts = RLMOptions.from_args(a).with_default_model(
             say=lambda m: err.print(f"[yellow]{escape(m)}[/]"))
-        from recursa.preflight import check_options
+        from recursa.core.preflight import check_options
         check_options(opts, say=lambda m: err.print(f"[dim]{escape(m)}[/]"))
         kwargs = opts.rlm_kwargs()
         limits = opts.limits()
@@ -67,7 +67,7 @@ def cmd_chat(a: argparse.Namespace) -> int:
                           if a.budget_per == "session" and k in kwargs}
         for k in session_limits:
             limits.pop(k, None)
-        from recursa.rlm import RLM
+        from recursa.core.rlm import RLM
         rlm = RLM(**kwargs, preflight=False)
         session = rlm.session(context, idle_timeout=a.idle_timeout, **session_limits)
         session.trace_path = Path(a.trace) if a.trace else \
@@ -101,15 +101,15 @@ def _history() -> Any:
         yield
     finally:
         with contextlib.suppress(OSError):
-            from recursa.privatefiles import touch_private
+            from recursa.base.privatefiles import touch_private
             touch_private(path)       # the questions asked: owner-only, as the traces
             readline.set_history_length(1000)
             readline.write_history_file(path)
 
 
 def _repl(session: Any, out: Console, err: Console, limits: dict[str, Any]) -> int:
-    from recursa.console import ConsoleView
-    from recursa.types import RecursaError
+    from recursa.base.types import RecursaError
+    from recursa.obs.console import ConsoleView
 
     prompt = "\n? " if sys.stdin.isatty() else ""
     while True:

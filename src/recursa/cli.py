@@ -135,7 +135,7 @@ def read_schema(arg: str | None) -> Any:
         raise OptionError(f"--schema {arg}: not JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(schema, dict):
         raise OptionError(f"--schema {arg}: a JSON schema is an object, got {type(schema).__name__}")
-    from recursa.output import OutputSpec
+    from recursa.core.output import OutputSpec
     try:
         return OutputSpec.of(schema)
     except ValueError as e:
@@ -153,8 +153,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 def _run(a: argparse.Namespace, notes: Notices) -> int:
     from pathlib import Path
 
+    from recursa.base.types import RecursaError
     from recursa.options import OptionError, RLMOptions, plain_error
-    from recursa.types import RecursaError
 
     view: Any = None
     try:
@@ -165,13 +165,13 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
         context = read_context(a.context)
         output = read_schema(a.schema)
-        from recursa.preflight import check_options
+        from recursa.core.preflight import check_options
         check_options(opts, say=notes.info)
         if a.events == "jsonl":
-            from recursa.jsonl_view import JsonLinesView
+            from recursa.obs.jsonl_view import JsonLinesView
             view = JsonLinesView()
         elif not a.quiet:
-            from recursa.console import ConsoleView
+            from recursa.obs.console import ConsoleView
             view = ConsoleView(stderr_console(), budget=opts.limits())
         rlm = opts.build(trace_path=trace, trace_dir=None if trace else a.trace_dir,
                          sinks=[view] if view else None, preflight=False, sources=a.sources)
@@ -195,7 +195,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         print(json.dumps(res.parsed, ensure_ascii=False))
     else:
         print(res.answer)
-    from recursa import sources
+    from recursa.core import sources
     if a.sources and not a.json:
         print("\n" + sources.render(res.sources))
     if sources.warning(res.sources):
@@ -217,7 +217,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
 
 
 def _interrupted(view: Any, rlm: Any, notes: Notices) -> int:
-    from recursa.console import ConsoleView
+    from recursa.obs.console import ConsoleView
     if isinstance(view, ConsoleView):
         view.close()
         last = view.last_answer or {}
@@ -279,7 +279,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("recursa.cli", "list or fetch local models"),
     "runtime": ("recursa.models.runtime_cli", "build or check the local llama.cpp runtime"),
     "bench": ("recursa.bench.cli", "run the evaluation suite and report on it"),
-    "view": ("recursa.viewer.cli", "open a run's trace as one self-contained HTML page"),
+    "view": ("recursa.obs.viewer.cli", "open a run's trace as one self-contained HTML page"),
     "serve": ("recursa.server.cli", "serve an RLM behind an OpenAI-compatible API"),
     "mcp": ("recursa.server.cli", "run an MCP server (stdio) with an rlm_answer tool"),
     "ablate": ("recursa.envs.cli", "run environment variants side by side and report "
@@ -318,7 +318,7 @@ def register(sub: Any) -> None:
                    help="ask the model for the passages its answer rests on, check them "
                    "against the context and print them after the answer")
     add_model_options(r)
-    r.set_defaults(fn=cmd_run, preload=("recursa.rlm", "recursa.preflight"))
+    r.set_defaults(fn=cmd_run, preload=("recursa.core.rlm", "recursa.core.preflight"))
 
     m = sub.add_parser("models", help=COMMANDS["models"][1])
     m.add_argument("action", choices=["list", "fetch"])

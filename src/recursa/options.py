@@ -22,7 +22,7 @@ from typing import Any
 
 from recursa.sandbox.kinds import BUILTIN_NAMES as SANDBOXES  # recursa's own kinds
 
-# RLM's own limits (recursa.budget.Budget fields) among the options
+# RLM's own limits (recursa.core.budget.Budget fields) among the options
 LIMITS = ("max_iterations", "max_depth", "max_subcalls", "max_tokens", "max_cost_usd",
           "max_seconds", "cell_timeout")
 
@@ -307,7 +307,7 @@ class RLMOptions:
 
     def build(self, **extra: Any) -> Any:
         """An RLM from these options; `extra` (trace_path, sinks, on_event...) wins."""
-        from recursa.rlm import RLM
+        from recursa.core.rlm import RLM
         return RLM(**{**self.rlm_kwargs(), **extra})
 
 

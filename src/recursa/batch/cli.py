@@ -20,17 +20,15 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from recursa.core.batch.table import TABLE_FORMATS
 from recursa.options import OptionError, RLMOptions, _number, plain_error
-
-from .table import TABLE_FORMATS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
 
 
 def register(sub: Any) -> None:
     from recursa.cli import COMMANDS, add_model_options
-
-    from .executors import add_executor_options
+    from recursa.core.batch.executors import add_executor_options
     b = sub.add_parser(
         "batch", help=COMMANDS["batch"][1],
         description="Run QUERY over every context (a directory: one item per file; a "
@@ -89,7 +87,7 @@ def out_paths(out: str) -> tuple[Path, Path | None]:
 
 
 def _items(a: argparse.Namespace) -> list[Any]:
-    from .items import make_items
+    from recursa.core.batch.items import make_items
     if a.queries:
         if a.contexts or a.query:
             raise OptionError("--queries asks many questions of one --context; give no QUERY "
@@ -117,8 +115,8 @@ def _items(a: argparse.Namespace) -> list[Any]:
 
 
 def cmd_batch(a: argparse.Namespace) -> int:
+    from recursa.base.types import RecursaError
     from recursa.cli import Notices, read_schema
-    from recursa.types import RecursaError
     notes = Notices(jsonl=a.events == "jsonl", quiet=a.quiet)
     try:
         return _batch(a, notes, read_schema)
@@ -130,12 +128,11 @@ def cmd_batch(a: argparse.Namespace) -> int:
 
 
 def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
-    from recursa.preflight import check_options
-
-    from .ledger import BatchBudget
-    from .rowfile import ResultsFile
-    from .rows import row_failed
-    from .run import RayBatchExecutor, aiter_batch
+    from recursa.core.batch.ledger import BatchBudget
+    from recursa.core.batch.rowfile import ResultsFile
+    from recursa.core.batch.rows import row_failed
+    from recursa.core.batch.run import RayBatchExecutor, aiter_batch
+    from recursa.core.preflight import check_options
 
     rows_path, table_path = out_paths(a.out)
     opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
@@ -155,7 +152,7 @@ def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
     if skipped:
         notes.info(f"resuming: {skipped} of {len(items)} items already have a row in {rows_path}")
     mode = "jsonl" if a.events == "jsonl" else "quiet" if a.quiet else "rich"
-    from .progress import BatchProgress
+    from recursa.core.batch.progress import BatchProgress
     bar = BatchProgress(len(todo), mode=mode, skipped=skipped)
     summary: dict[str, Any] = {}
 
@@ -177,7 +174,7 @@ def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
     rows = [r for k, r in results.rows.items() if k in mine]
     failed = [r for r in rows if row_failed(r)]
     if table_path is not None:
-        from .table import schema_fields, table_rows, write_table
+        from recursa.core.batch.table import schema_fields, table_rows, write_table
         extra = [a.id_column] if a.id_column else []
         write_table(table_rows(rows, schema_fields(output.schema if output else None), extra),
                     table_path)

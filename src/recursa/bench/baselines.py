@@ -25,7 +25,7 @@ from functools import cache
 from itertools import combinations
 from typing import Any
 
-from recursa.types import Result
+from recursa.base.types import Result
 
 from .tasks import get_task
 from .tasks.base import Instance

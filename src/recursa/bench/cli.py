@@ -89,9 +89,9 @@ def register(sub: Any) -> None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    from recursa.base.types import RecursaError
+    from recursa.core.preflight import check_options
     from recursa.options import RLMOptions
-    from recursa.preflight import check_options
-    from recursa.types import RecursaError
 
     from .executors import executor_from_args
     from .runner import make_specs, parse_length, run_bench

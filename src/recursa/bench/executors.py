@@ -21,12 +21,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from recursa.batch.executors import RayExecutor as _RayExecutor
-from recursa.batch.executors import (
+from recursa.core.batch.executors import RayExecutor as _RayExecutor
+from recursa.core.batch.executors import (
     RunFn,
     add_executor_options,  # noqa: F401 (bench run, envs)
 )
-from recursa.batch.executors import require_ray as _require_ray  # noqa: F401 (its old home)
+from recursa.core.batch.executors import require_ray as _require_ray  # noqa: F401 (its old home)
 
 from .methods import method_label
 from .runner import SCHEMA_VERSION, row_key, run_instance
@@ -56,7 +56,7 @@ def failed_row(spec: dict[str, Any], error: str) -> dict[str, Any]:
 
 
 class RayExecutor(_RayExecutor):
-    """Runs each spec as a Ray task (recursa.batch.executors.RayExecutor), by default the
+    """Runs each spec as a Ray task (recursa.core.batch.executors.RayExecutor), by default the
     bench's `run_instance`, with `failed_row` for a task that died; see the module docstring."""
 
     def __init__(self, address: str | None = None, *, fn: RunFn = run_instance,

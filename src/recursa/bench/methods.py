@@ -11,7 +11,7 @@
                  `llm_batch` sub-calls.
 
 All of them use the same model clients, one Budget/Ledger per run, the same JSONL trace format,
-and return a `recursa.types.Result`, so the runner treats them alike.
+and return a `recursa.base.types.Result`, so the runner treats them alike.
 """
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from recursa.budget import Budget
-from recursa.plainrun import PlainRun
-from recursa.retrieval import BM25Index
-from recursa.types import (
+from recursa.base.types import (
     BudgetExceeded,
     CallHandler,
     Cell,
@@ -36,6 +33,9 @@ from recursa.types import (
     Sandbox,
     context_window,
 )
+from recursa.core.budget import Budget
+from recursa.core.plainrun import PlainRun
+from recursa.core.retrieval import BM25Index
 
 from .tasks.base import CHARS_PER_TOKEN, Instance
 
@@ -69,7 +69,7 @@ class MethodConfig(BaseModel):
     tips: str | None = None
     cache: bool | str | None = None       # response cache: True (default file) or a path
     worked_example: bool = True           # rlm / codeact-bm25: False cuts it (the ablation)
-    strategy: Literal["code", "plan", "auto"] = "code"   # rlm only (recursa.planner)
+    strategy: Literal["code", "plan", "auto"] = "code"   # rlm only (recursa.core.planner)
 
     @model_validator(mode="before")
     @classmethod
@@ -333,7 +333,7 @@ counting) to find the answer.
 
 
 async def run_rlm(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
-    from recursa.rlm import RLM
+    from recursa.core.rlm import RLM
     root, sub = _make_clients(cfg)
     limits = dict(cfg.limits)
     limits["max_depth"] = cfg.depth
@@ -442,7 +442,7 @@ class SearchSandbox:
 
 
 async def run_codeact_bm25(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
-    from recursa.rlm import RLM
+    from recursa.core.rlm import RLM
     from recursa.sandbox import make_sandbox
     text = context_text(inst.context)
     passages = split_chunks(text, cfg.passage_tokens * CHARS_PER_TOKEN)

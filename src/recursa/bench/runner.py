@@ -5,9 +5,9 @@ Two pieces, split so another executor (Ray) can slot in:
 - `run_instance(spec) -> row` is a plain top-level function of a JSON-serialisable dict: it
   generates the instance, runs the method, scores it, and always returns a row (a crash inside a
   method is a row with status `error`). `arun_instance` is its async twin.
-- An executor (recursa.batch.executors, shared with `recursa batch`) maps specs to rows and
+- An executor (recursa.core.batch.executors, shared with `recursa batch`) maps specs to rows and
   hands each row to `on_row` in the driver process, which appends it to the results file
-  (recursa.batch.rowfile: flush + fsync per row). `AsyncioExecutor` runs `concurrency`
+  (recursa.core.batch.rowfile: flush + fsync per row). `AsyncioExecutor` runs `concurrency`
   instances at a time on one event loop; `RayExecutor` (bench.executors) one Ray task each.
 
 Resume: rows are keyed by task/length/seed/method/model; a run skips keys already in the file.
@@ -28,12 +28,13 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from recursa.base.types import Result
+
 # the executor seam and the results file are shared with `recursa batch`; imported here under
 # their old names (envs, ablation and user code import them from this module)
-from recursa.batch.executors import AsyncioExecutor as _AsyncioExecutor
-from recursa.batch.executors import Executor, OnRow  # noqa: F401
-from recursa.batch.rowfile import ResultsFile
-from recursa.types import Result
+from recursa.core.batch.executors import AsyncioExecutor as _AsyncioExecutor
+from recursa.core.batch.executors import Executor, OnRow  # noqa: F401
+from recursa.core.batch.rowfile import ResultsFile
 
 from .methods import MethodConfig, run_method
 from .tasks import get_task
@@ -115,7 +116,7 @@ def make_specs(tasks: Iterable[str], lengths: Iterable[int], seeds: Iterable[int
 def code_version() -> str:
     """recursa's version, plus `git describe --always --dirty` when run from a checkout, so a
     row says which code produced it (runs of one results file may span commits)."""
-    from recursa.trace import _library_version
+    from recursa.obs.trace import _library_version
     version = _library_version()
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,

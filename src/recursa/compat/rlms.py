@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from recursa.types import Event, RecursaError, Result
+from recursa.base.types import Event, RecursaError, Result
 
 __all__ = [
     "RLM", "RLMChatCompletion", "UsageSummary", "ModelUsageSummary", "RLMIteration",
@@ -322,7 +322,7 @@ class RLM:
                  sub_sampling_args: dict[str, Any] | None = None,
                  orchestrator: bool = True, user_prologue: str | None = None,
                  recursa_options: dict[str, Any] | None = None):
-        from recursa.rlm import RLM as RecursaRLM
+        from recursa.core.rlm import RLM as RecursaRLM
 
         if depth != 0:
             raise _refuse("depth", "rlms sets it for its own child RLMs; recursa tracks each "
@@ -341,13 +341,13 @@ class RLM:
             raise _refuse("custom_tools", "recursa runs the model's code in an isolated "
                           "sandbox process, where host functions cannot be injected; give "
                           "functions to the sub-models with recursa_options={'sub_tools': "
-                          "[fn, ...]} (recursa.tools) and data through the context")
+                          "[fn, ...]} (recursa.core.tools) and data through the context")
         if custom_sub_tools:
             raise _refuse("custom_sub_tools", "child RLMs get no REPL tools in recursa; "
                           "sub-models can call functions: recursa_options={'sub_tools': [...]}")
         if abs(compaction_threshold_pct - 0.85) > 1e-9:
             raise _refuse("compaction_threshold_pct", "recursa compacts the root's history "
-                          "at 85% of its window, always (recursa.compaction.WINDOW_FILL)")
+                          "at 85% of its window, always (recursa.core.compaction.WINDOW_FILL)")
         if not orchestrator:
             raise _refuse("orchestrator=False", "rlms's other system prompt; give your own "
                           "with custom_system_prompt")
@@ -386,7 +386,7 @@ class RLM:
         if max_concurrent_subcalls is not None:
             options["concurrency"] = max_concurrent_subcalls
         if verbose:
-            from recursa.console import ConsoleView
+            from recursa.obs.console import ConsoleView
             options["sinks"] = [ConsoleView()]
         options.update(recursa_options or {})
 

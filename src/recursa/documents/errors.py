@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from recursa.types import ContextError
+from recursa.base.types import ContextError
 
 EXTRA_HINT = "pip install 'recursa[docs]'"
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from recursa import images
+from recursa.base import images
 from recursa.documents import limits
 from recursa.documents.build import DocStats, Extractor, materialize, stream
 from recursa.documents.errors import DocumentError

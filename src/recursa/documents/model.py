@@ -12,8 +12,8 @@ import bisect
 from dataclasses import replace
 from typing import Any
 
+from recursa.base.types import Location  # one type for documents and sources (recursa.core.sources)
 from recursa.sandbox.worker import DOC_MARK, Document, Part
-from recursa.types import Location  # one type for documents and sources (recursa.sources)
 
 __all__ = ["DOC_MARK", "Document", "Location", "Part", "locate", "locate_part", "revive",
            "to_wire"]

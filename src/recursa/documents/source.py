@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from recursa import images
+from recursa.base import images
 
 # extension -> format, for formats that have no magic bytes of their own
 TEXT_SUFFIXES = {

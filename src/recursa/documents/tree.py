@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from recursa import images
+from recursa.base import images
 from recursa.documents import limits
 from recursa.documents.errors import DocumentError, MissingExtra
 from recursa.documents.load import load_source

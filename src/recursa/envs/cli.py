@@ -74,12 +74,12 @@ def rollout_executor(a: argparse.Namespace) -> Any:
 
 
 def cmd_ablate(a: argparse.Namespace) -> int:
+    from recursa.base.types import RecursaError
+    from recursa.core.preflight import check_options
     from recursa.envs.ablate import summarize, table, write_report
     from recursa.envs.base import get_env
     from recursa.envs.rollout import read_results, run_ablation
     from recursa.options import RLMOptions
-    from recursa.preflight import check_options
-    from recursa.types import RecursaError
 
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
     try:

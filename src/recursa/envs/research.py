@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from recursa.retrieval import BM25Index
+from recursa.core.retrieval import BM25Index
 
 
 def make_corpus_tools(docs: dict[str, str], page_chars: int = 1500

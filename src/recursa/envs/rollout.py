@@ -26,14 +26,14 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Protocol
 
+from recursa.base.privatefiles import open_private
+from recursa.base.types import Event, ModelClient, RecursaError, Status
 from recursa.bench.runner import AsyncioExecutor
-from recursa.dispatch import Node
+from recursa.core.dispatch import Node
+from recursa.core.plainrun import PlainRun
+from recursa.core.tools import ToolSet, run_tool_loop
 from recursa.envs.base import ENVS, Env, check_variant, get_env
-from recursa.plainrun import PlainRun
-from recursa.privatefiles import open_private
-from recursa.tools import ToolSet, run_tool_loop
-from recursa.trace import new_id
-from recursa.types import Event, ModelClient, RecursaError, Status
+from recursa.obs.trace import new_id
 
 
 @dataclass
@@ -137,7 +137,7 @@ async def _rlm_rollout(env: Env, inst: Any, ro: Rollout, variant: str, *,
                        trace_dir: str | Path | None, root_options: dict[str, Any] | None,
                        sub_options: dict[str, Any] | None, sandbox: str,
                        **limits: Any) -> tuple[str, Path | None]:
-    from recursa.rlm import RLM
+    from recursa.core.rlm import RLM
     tools = env.tools(inst)
     rlm = RLM(model=model, sub_model=sub_model, sandbox=sandbox, tips=env.tips_for(variant),
               sub_tools=tools or None, trace_dir=trace_dir, model_options=root_options,

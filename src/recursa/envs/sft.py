@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recursa import prompts
+from recursa.base.privatefiles import write_private_text
+from recursa.core import prompts
+from recursa.core.loop import KEEP
 from recursa.envs.base import strip_tips
-from recursa.loop import KEEP
-from recursa.privatefiles import write_private_text
-from recursa.trace import Run, TraceNode, load_runs
+from recursa.obs.trace import Run, TraceNode, load_runs
 
 Messages = list[dict[str, str]]
 

@@ -9,7 +9,7 @@ Written against the classic verifiers API — `vf.MultiTurnEnv` / `vf.Rubric` / 
 (aliased back to the top level). verifiers 0.4 removed it; `verifiers_v1` is the adapter there.
 
 The policy is the root model. Each root turn is one trajectory step; the environment's response
-is what recursa's own loop (`recursa.loop.Run`, the step machine every front end drives) makes
+is what recursa's own loop (`recursa.core.loop.Run`, the step machine every front end drives) makes
 of the policy's reply: the REPL's output for its code, with the loop's guards, answer rules and
 last-answer turn (or, in the `llm` variant of a tool environment, the tool results). verifiers
 owns the conversation and the policy's calls; the step machine owns the rules. Sub-model calls made by that code go to `sub_model` (a recursa spec or
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recursa.extras import MissingExtra
+from recursa.base.extras import MissingExtra
 
 try:
     import verifiers as vf
@@ -36,14 +36,7 @@ except ImportError as e:   # the extra is optional: say how to get it
                        detail="the classic API: verifiers>=0.1.14,<0.4; 0.4 is served by "
                               "recursa.envs.verifiers_v1") from e
 
-from recursa import context as ctx
-from recursa import prompts
-from recursa.budget import Budget, Ledger
-from recursa.envs.base import Env, check_variant, get_env
-from recursa.loop import Ask, Run, RunEnv, first_messages
-from recursa.tools import ToolSet, call_tool, parse_text_calls
-from recursa.trace import CallbackSink, Tracer
-from recursa.types import (
+from recursa.base.types import (
     Capabilities,
     Completion,
     Event,
@@ -53,6 +46,13 @@ from recursa.types import (
     Result,
     Usage,
 )
+from recursa.core import context as ctx
+from recursa.core import prompts
+from recursa.core.budget import Budget, Ledger
+from recursa.core.loop import Ask, Run, RunEnv, first_messages
+from recursa.core.tools import ToolSet, call_tool, parse_text_calls
+from recursa.envs.base import Env, check_variant, get_env
+from recursa.obs.trace import CallbackSink, Tracer
 
 MAX_ROOT_TURNS = 10_000    # verifiers' max_turns bounds the turns, not the loop's budget
 

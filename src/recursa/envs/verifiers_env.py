@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from recursa.extras import MissingExtra
+from recursa.base.extras import MissingExtra
 
 
 def verifiers_version() -> tuple[int, int]:

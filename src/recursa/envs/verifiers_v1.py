@@ -32,7 +32,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from recursa.extras import MissingExtra
+from recursa.base.extras import MissingExtra
 
 try:
     import verifiers.v1 as vf
@@ -41,8 +41,8 @@ except ImportError as e:   # the extra is optional: say how to get it
     raise MissingExtra("verifiers", "the verifiers 0.4 adapter", module="verifiers",
                        detail="verifiers>=0.4") from e
 
+from recursa.base.types import Capabilities, Completion, Message, ModelClient
 from recursa.envs.base import check_variant, get_env
-from recursa.types import Capabilities, Completion, Message, ModelClient
 
 PLUGIN_ID = "recursa-vf"     # the importable package verifiers resolves ids to (src/recursa_vf)
 

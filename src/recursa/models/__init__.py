@@ -1,4 +1,4 @@
-"""Model clients behind one Protocol (`recursa.types.ModelClient`), named by spec strings.
+"""Model clients behind one Protocol (`recursa.base.types.ModelClient`), named by spec strings.
 
     make_client("openai:gpt-5-mini")
     make_client("openai:qwen2.5-coder", base_url="http://127.0.0.1:8000/v1")  # any compatible server
@@ -23,7 +23,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..types import ModelClient
+from recursa.base.types import ModelClient
+
 from .fetch import REGISTRY, FetchError, fetch_model, is_fetched, local_models, model_path
 from .pricing import Price, cost_usd, price_for, register_price
 from .providers import BUILTIN

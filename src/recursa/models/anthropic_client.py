@@ -12,8 +12,17 @@ from typing import Any
 
 import anthropic
 
-from ..images import anthropic_content, has_images
-from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
+from recursa.base.images import anthropic_content, has_images
+from recursa.base.types import (
+    Capabilities,
+    Completion,
+    Message,
+    ModelError,
+    Pricing,
+    Usage,
+    model_identity,
+)
+
 from .pricing import charge
 from .retry import EmptyResponseError, HostedClientState, model_error_from_sdk, with_retries
 from .streaming import OnDelta, Pieces, StreamCut
@@ -49,7 +58,7 @@ def split_system(messages: list[Message]) -> tuple[str | None, list[dict[str, An
             continue
         role = "assistant" if role == "assistant" else "user"
         content: Any = text
-        if has_images([m]):   # image parts -> content blocks (see recursa.images)
+        if has_images([m]):   # image parts -> content blocks (see recursa.base.images)
             content = anthropic_content(m["content"])
         if turns and turns[-1]["role"] == role:
             prev = turns[-1]["content"]

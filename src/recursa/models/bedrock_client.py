@@ -12,7 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..extras import MissingExtra
+from recursa.base.extras import MissingExtra
+
 from .anthropic_client import AnthropicClient
 
 # us.anthropic.claude-sonnet-4-5-20250929-v1:0 -> claude-sonnet-4-5 (the price table's name)

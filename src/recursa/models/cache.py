@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..privatefiles import private_dir, touch_private
-from ..types import (
+from recursa.base.privatefiles import private_dir, touch_private
+from recursa.base.types import (
     Capabilities,
     Completion,
     Message,
@@ -42,6 +42,7 @@ from ..types import (
     Usage,
     model_identity,
 )
+
 from .declared import declared
 from .streaming import OnDelta, complete_streaming
 

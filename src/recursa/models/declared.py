@@ -13,7 +13,14 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from ..types import Capabilities, Completion, Message, ModelClient, Pricing, model_identity
+from recursa.base.types import (
+    Capabilities,
+    Completion,
+    Message,
+    ModelClient,
+    Pricing,
+    model_identity,
+)
 
 _warned: set[type] = set()
 
@@ -52,11 +59,11 @@ def declared(client: Any) -> ModelClient:
     missing = [a for a in ("name", "complete", "aclose") if not hasattr(client, a)]
     if missing:
         raise TypeError(f"{type(client).__name__} is not a model client: it has no "
-                        f"{', '.join(missing)} (see recursa.types.ModelClient)")
+                        f"{', '.join(missing)} (see recursa.base.types.ModelClient)")
     if type(client) not in _warned:
         _warned.add(type(client))
         warnings.warn(f"{type(client).__name__} declares no `capabilities` "
-                      "(recursa.types.Capabilities); recursa reads its old attributes for now",
+                      "(recursa.base.types.Capabilities); recursa reads its old attributes for now",
                       DeprecationWarning, stacklevel=3)
     return UndeclaredClient(client)
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..types import RecursaError
+from recursa.base.types import RecursaError
 
 log = logging.getLogger("recursa.models")
 

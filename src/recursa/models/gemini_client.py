@@ -13,9 +13,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..extras import MissingExtra
-from ..images import gemini_parts, has_images
-from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
+from recursa.base.extras import MissingExtra
+from recursa.base.images import gemini_parts, has_images
+from recursa.base.types import (
+    Capabilities,
+    Completion,
+    Message,
+    ModelError,
+    Pricing,
+    Usage,
+    model_identity,
+)
+
 from .pricing import charge
 from .retry import (
     RETRYABLE_STATUSES,
@@ -49,7 +58,7 @@ def gemini_contents(messages: list[Message]) -> tuple[str | None, list[dict[str,
             system.append(text)
             continue
         role = "model" if m.get("role") == "assistant" else "user"
-        if has_images([m]):   # image parts -> inline_data parts (see recursa.images)
+        if has_images([m]):   # image parts -> inline_data parts (see recursa.base.images)
             parts = gemini_parts(content)
             if contents and contents[-1]["role"] == role:
                 contents[-1]["parts"] += parts

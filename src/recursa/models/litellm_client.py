@@ -16,8 +16,17 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..extras import MissingExtra
-from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
+from recursa.base.extras import MissingExtra
+from recursa.base.types import (
+    Capabilities,
+    Completion,
+    Message,
+    ModelError,
+    Pricing,
+    Usage,
+    model_identity,
+)
+
 from .pricing import charge
 from .retry import EmptyResponseError, HostedClientState, model_error_from_sdk, with_retries
 from .streaming import OnDelta, Pieces, StreamCut

@@ -36,8 +36,8 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..background import BACKGROUND, SERVERS
-from ..types import ModelError
+from recursa.base.background import BACKGROUND, SERVERS
+from recursa.base.types import ModelError
 
 _PR_SET_PDEATHSIG = 1
 
@@ -277,7 +277,7 @@ def forget(server: LlamaServer) -> None:
 
 
 def stop_all() -> None:
-    """Stop every server this process started (also `recursa.background.shutdown()` and exit)."""
+    """Stop every server this process started (also `recursa.base.background.shutdown()` and exit)."""
     with _lock:
         servers = list(_servers.values())
         _servers.clear()
@@ -286,7 +286,7 @@ def stop_all() -> None:
 
 
 class _Servers:
-    """The servers as a part of recursa.background."""
+    """The servers as a part of recursa.base.background."""
 
     def shutdown(self) -> None:
         stop_all()

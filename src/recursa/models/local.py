@@ -23,10 +23,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from recursa.base.images import has_images
+from recursa.base.types import (
+    Capabilities,
+    Completion,
+    Message,
+    ModelError,
+    Pricing,
+    Usage,
+    model_identity,
+)
 from recursa.models._http import httpx
 
-from ..images import has_images
-from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
 from . import llama_server
 from .declared import Declares
 from .httppool import LoopPool

@@ -20,9 +20,17 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from recursa.base.types import (
+    Capabilities,
+    Completion,
+    Message,
+    ModelError,
+    Pricing,
+    Usage,
+    model_identity,
+)
 from recursa.models._http import httpx
 
-from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
 from .httppool import LoopPool
 from .pricing import charge
 from .retry import (
@@ -143,7 +151,7 @@ class OpenAIClient(HostedClientState):
         if stop:
             kw["stop"] = stop
         tools = opts.pop("tools", None)
-        if tools:   # native tool calling (recursa.tools runs the loop)
+        if tools:   # native tool calling (recursa.core.tools runs the loop)
             kw["tools"] = tools
             if "tool_choice" in opts:
                 kw["tool_choice"] = opts.pop("tool_choice")

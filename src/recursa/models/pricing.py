@@ -1,5 +1,5 @@
 """Prices of hosted models, so a run can report and limit its cost in USD: the one owner of
-pricing. A client declares how it is priced (`Capabilities.pricing`, a `recursa.types.Pricing`);
+pricing. A client declares how it is priced (`Capabilities.pricing`, a `recursa.base.types.Pricing`);
 this module prices it: `estimate` (a call's worst case, what a budget reserves), `charge` (what
 a finished call cost) and `status` (whether a cost limit can be kept, for preflight).
 
@@ -15,7 +15,8 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..types import ModelClient, Pricing, Usage
+from recursa.base.types import ModelClient, Pricing, Usage
+
 from .registry import is_prefix
 
 

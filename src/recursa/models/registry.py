@@ -1,7 +1,7 @@
 """Model providers by spec prefix: `PREFIX:MODEL` -> a Provider that builds the client.
 
 recursa's own providers are listed once, in providers.py. Another package adds one without
-touching recursa through an entry point in the group `recursa.providers` (see recursa.plugins):
+touching recursa through an entry point in the group `recursa.providers` (see recursa.base.plugins):
 its name is the prefix, its object a `Provider` or just a factory
 
     def factory(model: str, *, name: str, **options) -> ModelClient
@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NamedTuple
 
-from recursa.plugins import Registry
+from recursa.base.plugins import Registry
 
 Factory = Callable[..., Any]      # (model, *, name, [base_url, api_key, prices], **opts) -> client
 
 
 class Provider(NamedTuple):
     """One provider: how its clients are built, and what the checks before a run need to know
-    about it before any client exists (recursa.preflight).
+    about it before any client exists (recursa.core.preflight).
 
     `endpoint`: it takes `base_url=` (local and scripted models have none). `default_url` /
     `url_env`: where it is reached when no base_url is given; `needs_endpoint`: it has no

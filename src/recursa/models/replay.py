@@ -9,7 +9,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..types import Capabilities, Completion, Message, ModelError, Pricing, Usage, model_identity
+from recursa.base.types import (
+    Capabilities,
+    Completion,
+    Message,
+    ModelError,
+    Pricing,
+    Usage,
+    model_identity,
+)
+
 from .declared import Declares
 
 

@@ -16,7 +16,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..types import ModelError
+from recursa.base.types import ModelError
+
 from .declared import Declares
 
 log = logging.getLogger("recursa.models")

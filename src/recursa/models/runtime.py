@@ -38,7 +38,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urljoin
 
-from ..types import RecursaError
+from recursa.base.types import RecursaError
+
 from ._http import httpx
 from .fetch import file_lock, sha256_file
 

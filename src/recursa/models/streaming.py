@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from ..types import Completion, Message, ModelClient, ModelError, StreamingModelClient
+from recursa.base.types import Completion, Message, ModelClient, ModelError, StreamingModelClient
 
 OnDelta = Callable[[str, int], None]
 

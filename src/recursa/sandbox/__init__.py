@@ -9,12 +9,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from recursa.base.types import Sandbox
     from recursa.sandbox.inprocess import InProcessSandbox
     from recursa.sandbox.kinds import SandboxKind, register_sandbox
     from recursa.sandbox.local import LocalSandbox
     from recursa.sandbox.session import WorkerSession
     from recursa.sandbox.transport import SubprocessTransport, Transport
-    from recursa.types import Sandbox
 
 _WHERE = {
     "InProcessSandbox": "recursa.sandbox.inprocess",
@@ -22,7 +22,7 @@ _WHERE = {
     "WorkerSession": "recursa.sandbox.session",
     "SubprocessTransport": "recursa.sandbox.transport",
     "Transport": "recursa.sandbox.transport",
-    "Sandbox": "recursa.types",
+    "Sandbox": "recursa.base.types",
     "SandboxKind": "recursa.sandbox.kinds",
     "register_sandbox": "recursa.sandbox.kinds",
 }

@@ -30,9 +30,9 @@ import tempfile
 import threading
 from typing import Any
 
-from recursa.background import BACKGROUND, WORKERS
+from recursa.base.background import BACKGROUND, WORKERS
+from recursa.base.tempdirs import owned_tempdir
 from recursa.sandbox.transport import PipeTransport, kill_tree
-from recursa.tempdirs import owned_tempdir
 
 log = logging.getLogger("recursa.sandbox")
 
@@ -344,7 +344,7 @@ def shutdown() -> None:
 
 
 class _Zygotes:
-    """The zygotes as a part of recursa.background."""
+    """The zygotes as a part of recursa.base.background."""
 
     def shutdown(self) -> None:
         shutdown()

@@ -23,10 +23,10 @@ import time
 from types import ModuleType
 from typing import Any
 
-from recursa.parse import AST_LOCK
+from recursa.base.locks import AST_LOCK
+from recursa.base.types import CallHandler, Cell, ContextPayload, SandboxError
 from recursa.sandbox.protocol import WORKER_PATH
 from recursa.sandbox.session import _error_value
-from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
 
 _module: ModuleType | None = None
 _module_lock = threading.Lock()

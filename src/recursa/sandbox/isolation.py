@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 
-from recursa.types import SandboxError
+from recursa.base.types import SandboxError
 
 ENV_BWRAP = "RECURSA_BWRAP"
 _works: set[str] = set()   # bwrap paths that made a sandbox here

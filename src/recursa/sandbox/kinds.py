@@ -1,6 +1,6 @@
 """Sandbox kinds by name (`sandbox="local"`, `--sandbox docker`): the one list of recursa's
 own, and the registry other packages add to through the `recursa.sandboxes` entry point group
-(see recursa.plugins): its name is the kind, its object a `SandboxKind` or just a factory
+(see recursa.base.plugins): its name is the kind, its object a `SandboxKind` or just a factory
 `(**options) -> Sandbox`. `register_sandbox` does the same for one process.
 
 Standard library only, and nothing imported until a sandbox is built or checked: front ends
@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from recursa.plugins import Registry
+from recursa.base.plugins import Registry
 
 if TYPE_CHECKING:
-    from recursa.types import Sandbox
+    from recursa.base.types import Sandbox
 
 Check = Callable[[Mapping[str, Any]], "list[str] | Awaitable[list[str]]"]
 
@@ -77,8 +77,8 @@ def _check_local(options: Mapping[str, Any]) -> list[str]:
 
 
 async def _check_docker(options: Mapping[str, Any]) -> list[str]:
+    from recursa.base.types import SandboxError
     from recursa.sandbox.remote.docker import DockerLauncher
-    from recursa.types import SandboxError
     opts = {k: v for k, v in options.items() if k in ("docker", "check_timeout")}
     try:
         await DockerLauncher(**opts).check_engine()
@@ -93,7 +93,7 @@ def _sdk_check(kind: str, module: str, extra: str,
     def check(options: Mapping[str, Any]) -> list[str]:
         import importlib.util
         if importlib.util.find_spec(module) is None:
-            from recursa.extras import MissingExtra
+            from recursa.base.extras import MissingExtra
             return [str(MissingExtra(extra, f"sandbox={kind!r}", module=module))]
         missing = credentials(options)
         return [f"sandbox={kind!r}: no credentials ({missing})"] if missing else []

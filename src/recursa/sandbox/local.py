@@ -43,7 +43,7 @@ worker first waits for `init`, opens that file, and only then drops its uid and 
 that died or is older than RECURSA_PREWARM_MAX_AGE seconds (600) is discarded and replaced; all
 are killed at interpreter exit, and die with the host anyway (bwrap --die-with-parent /
 PR_SET_PDEATHSIG; a zygote's runs die with its pid namespace). The directories of a killed host
-are named after it (`recursa.tempdirs.owned_tempdir`) and removed by the next process's sweep.
+are named after it (`recursa.base.tempdirs.owned_tempdir`) and removed by the next process's sweep.
 
 Processes: RLIMIT_NPROC is counted per *user id* and root is exempt from it, so it only means
 something when the worker runs as its own uid. When the host runs as root under bubblewrap,
@@ -73,8 +73,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from recursa.background import BACKGROUND, WORKERS
-from recursa.images import pillow_site
+from recursa.base.background import BACKGROUND, WORKERS
+from recursa.base.images import pillow_site
+from recursa.base.tempdirs import owned_tempdir
+from recursa.base.types import CallHandler, Cell, ContextPayload, SandboxError
 from recursa.sandbox.forkserver import ZygoteTransport, zygote_host
 from recursa.sandbox.isolation import bwrap_works, find_bwrap, require_isolation
 from recursa.sandbox.protocol import WORKER_PATH
@@ -88,8 +90,6 @@ from recursa.sandbox.transport import (
 )
 from recursa.sandbox.treelimits import WATCH, RunCgroup, cgroup_host, processes_of_uid
 from recursa.sandbox.uids import lease_uid, release_uid
-from recursa.tempdirs import owned_tempdir
-from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
 
 log = logging.getLogger("recursa.sandbox")
 
@@ -350,8 +350,8 @@ class SparePool:
     Spares are spawned by one daemon thread that lives until `shutdown()`, because the
     parent-death signal bwrap and the worker set fires when the *thread* that forked them
     ends. Spares are therefore not tied to any event loop; a sandbox adopts one into its loop.
-    A part of recursa.background: attached on the first `take()`, stopped
-    by `recursa.background.shutdown()` or at exit.
+    A part of recursa.base.background: attached on the first `take()`, stopped
+    by `recursa.base.background.shutdown()` or at exit.
     """
 
     MAX_CONFIGS = 4   # configs that keep spares; the least recently used beyond are dropped

@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from recursa.base.types import CallHandler, Cell, SandboxError
 from recursa.sandbox import protocol
 from recursa.sandbox.transport import Transport
-from recursa.types import CallHandler, Cell, SandboxError
 
 log = logging.getLogger("recursa.sandbox")
 

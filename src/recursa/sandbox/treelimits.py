@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from recursa.background import BACKGROUND, GROUPS, WATCHERS
+from recursa.base.background import BACKGROUND, GROUPS, WATCHERS
 
 _counter = itertools.count()
 _PREFIX = "recursa-"
@@ -358,7 +358,7 @@ def _cleanup() -> None:
 
 
 class _Groups:
-    """The cgroup parent as a part of recursa.background."""
+    """The cgroup parent as a part of recursa.base.background."""
 
     def shutdown(self) -> None:
         _cleanup()
@@ -388,7 +388,7 @@ class TreeWatch:
     """One host thread that, while anything is watched, reads /proc every `interval` s and
     sums the resident memory of each watched tree (the descendants of a pid, or every process
     of a uid of its own); over its limit, `on_over(rss)` is called once, from that thread.
-    A part of recursa.background: `shutdown()` ends the thread, the next
+    A part of recursa.base.background: `shutdown()` ends the thread, the next
     `watch()` starts it again."""
 
     interval: float = 0.25

@@ -1,6 +1,6 @@
 """The uid of each worker when the host runs as root: one per live worker, never shared.
 
-A uid is leased from `WORKER_UID_MIN..WORKER_UID_MAX` (recursa.tempdirs: above the usual
+A uid is leased from `WORKER_UID_MIN..WORKER_UID_MAX` (recursa.base.tempdirs: above the usual
 subordinate uid ranges, in a range nothing else assigns) and held until the worker's sandbox
 is gone. Unique within the process (a set of leased uids) and between recursa processes on
 the host: each lease holds an exclusive `flock` on a file named after the uid in a root-only
@@ -19,9 +19,9 @@ import secrets
 import tempfile
 import threading
 
-from recursa.background import BACKGROUND, GROUPS
-from recursa.tempdirs import WORKER_UID_MAX, WORKER_UID_MIN
-from recursa.types import SandboxError
+from recursa.base.background import BACKGROUND, GROUPS
+from recursa.base.tempdirs import WORKER_UID_MAX, WORKER_UID_MIN
+from recursa.base.types import SandboxError
 
 _lock = threading.Lock()
 _held: dict[int, int] = {}   # leased uid -> fd of its locked file
@@ -95,7 +95,7 @@ def leased() -> set[int]:
 
 
 class _Leases:
-    """The leases as a part of recursa.background, for its fork hook:
+    """The leases as a part of recursa.base.background, for its fork hook:
     each lease is its sandbox's to release, and the kernel drops the locks at exit."""
 
     def shutdown(self) -> None:

@@ -34,7 +34,7 @@ _MAX_FRAME = 1 << 30
 # Parsing and compiling cells is serialised: CPython before 3.11.9 / 3.12.3 fails two threads
 # that build ASTs at once ("AST constructor recursion depth mismatch", python/cpython#106905). A
 # worker process compiles one cell at a time anyway; the in-process sandbox runs many REPLs in
-# the host's threads and replaces this with the host's own lock (recursa.parse.AST_LOCK).
+# the host's threads and replaces this with the host's own lock (recursa.base.locks.AST_LOCK).
 AST_LOCK = threading.Lock()
 
 # Names the REPL defines itself; never reported as user variables.
@@ -154,12 +154,12 @@ def _cap_text(text: str, limit: int) -> str:
 
 
 def _tokens(text: str) -> int:
-    # recursa.dispatch.text_tokens: ~4 ASCII characters a token, ~1 token a character otherwise
+    # recursa.core.dispatch.text_tokens: ~4 ASCII characters a token, ~1 token a character otherwise
     extra = len(text.encode("utf-8", errors="surrogatepass")) - len(text)
     return (len(text) + 2 * extra + 3) // 4
 
 
-# what an answer's sources may carry to the host (recursa/sources.py checks them there)
+# what an answer's sources may carry to the host (recursa/core/sources.py checks them there)
 MAX_SOURCES = 20
 MAX_SOURCE_CHARS = 20000
 _SOURCE_KEYS = ("text", "start", "end", "item")
@@ -302,7 +302,7 @@ class Repl:
         mode "bm25" or "semantic": one of them): [{"id", "score", "text", "start", "end"} +
         "item" for a list / dict context], best first; context[start:end]
         (context[item][start:end]) is the passage. The host builds the index on the first
-        call (recursa/search_host.py)."""
+        call (recursa/core/search_host.py)."""
         hits = self._call("search", {"query": str(query), "k": int(k), "mode": str(mode)})
         if isinstance(hits, str):   # the host's error string (a missing extra, a bad k)
             raise RuntimeError(hits.removeprefix("Error: "))
@@ -315,7 +315,7 @@ class Repl:
         ctx = None if contexts is None else list(contexts)
         return self._call("rlm_batch", {"prompts": list(prompts), "contexts": ctx, "opts": opts})
 
-    # -- combinators: the host builds prompts and constraints (recursa/combinators.py)
+    # -- combinators: the host builds prompts and constraints (recursa/core/combinators.py)
     def _combinator(self, kind: str, args: dict) -> Any:
         res = self._call(kind, args)
         if not isinstance(res, dict):

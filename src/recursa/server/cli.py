@@ -21,7 +21,7 @@ DEFAULT_MAX_SECONDS = 900.0   # a server should not let one request run forever
 def _missing_extra(e: ImportError, command: str) -> int:
     from recursa.cli import escape, stderr_console
     err = stderr_console()
-    from recursa.extras import MissingExtra
+    from recursa.base.extras import MissingExtra
     msg = str(e) if isinstance(e, MissingExtra) else str(
         MissingExtra("serve", f"recursa {command}", module=e.name or None))
     err.print(f"[red]error:[/] {escape(msg)}")
@@ -44,10 +44,10 @@ def _is_loopback(host: str) -> bool:
 def cmd_serve(a: argparse.Namespace) -> int:
     from recursa.cli import stderr_console
     err = stderr_console()
+    from recursa.base.types import RecursaError
+    from recursa.core.preflight import check_options
     from recursa.options import RLMOptions
     from recursa.options import plain_error as plain
-    from recursa.preflight import check_options
-    from recursa.types import RecursaError
     try:
         from recursa.server.openai_app import ServerConfig, create_app, serve
     except ImportError as e:
@@ -83,7 +83,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         def factory(config: Any, spec: Any) -> Any:
             # the server's shared model clients, so that requests reuse their keep-alive
             # connections rather than each building (and closing) clients of its own
-            from recursa.rlm import RLM
+            from recursa.core.rlm import RLM
             sub = spec.sub_model or config.sub_model
             return RLM(**{**base, "model": config.client(config.model, root=True),
                           "sub_model": None if sub is None else config.client(sub),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from recursa.budget import Budget
-from recursa.types import Event, ModelClient, Result
+from recursa.base.types import Event, ModelClient, Result
+from recursa.core.budget import Budget
 
 LIMIT_FIELDS = tuple(Budget.model_fields)
 REPLAY_FILE_PREFIX = "replay-file:"

@@ -23,12 +23,12 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from recursa.budget import Budget
+from recursa.base.types import Event, ModelClient, RecursaError, Source
+from recursa.core.budget import Budget
+from recursa.core.rlm import RLM
 from recursa.options import RLMOptions
-from recursa.rlm import RLM
 from recursa.server.args import add_mcp_options
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend
-from recursa.types import Event, ModelClient, RecursaError, Source
 
 INSTRUCTIONS = (
     "rlm_answer answers a question over inputs far larger than a context window (a big file, a "
@@ -52,7 +52,7 @@ class RlmAnswer(BaseModel):
     elapsed_s: float
     limit: str | None = None
     error: str | None = None
-    # the passages the answer rests on, each checked against the input (recursa.sources)
+    # the passages the answer rests on, each checked against the input (recursa.core.sources)
     sources: list[Source] = Field(default_factory=list)
     sources_verified: bool | None = None
 
@@ -163,8 +163,8 @@ def _say(message: str) -> None:
 
 
 def cmd_mcp(a: argparse.Namespace) -> int:
+    from recursa.core.preflight import check_options
     from recursa.options import plain_error as plain
-    from recursa.preflight import check_options
     try:
         config = config_from_args(a)
         check_options(config.options, say=_say)

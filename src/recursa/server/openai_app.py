@@ -40,16 +40,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from recursa.budget import Budget
-from recursa.images import Image, ImageError, from_content_part, sniff
-from recursa.planner import STRATEGIES
-from recursa.preflight import PreflightError
-from recursa.rlm import RLM
+from recursa.base.images import Image, ImageError, from_content_part, sniff
+from recursa.base.types import ContextError, Event, ModelClient, RecursaError, Result
+from recursa.core.budget import Budget
+from recursa.core.planner import STRATEGIES
+from recursa.core.preflight import PreflightError
+from recursa.core.rlm import RLM
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
 from recursa.server.guard import RequestGuard, RequestPolicy
 from recursa.server.paste import SHORT, split_document, tagged_context
 from recursa.server.sessions import SessionPool, Turn, ask, chat_turn
-from recursa.types import ContextError, Event, ModelClient, RecursaError, Result
 
 log = logging.getLogger("recursa.server")
 
@@ -406,7 +406,7 @@ def _output_spec(fmt: Any) -> Any:
     kind = fmt.get("type") if isinstance(fmt, dict) else None
     if kind == "text":
         return None
-    from recursa.output import OutputSpec
+    from recursa.core.output import OutputSpec
     if kind == "json_object":
         return OutputSpec.of({"type": "object"})
     if kind == "json_schema":

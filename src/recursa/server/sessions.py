@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from recursa.session import Session
-    from recursa.types import Event, Result
+    from recursa.base.types import Event, Result
+    from recursa.core.session import Session
 
 
 def _norm_content(content: Any) -> Any:
@@ -129,7 +129,7 @@ def _lapsed(session: Session, error: BaseException) -> bool:
     question began: SessionClosed, or its pending question cancelled while this task was not."""
     import asyncio
 
-    from recursa.session import SessionClosed
+    from recursa.core.session import SessionClosed
     task = asyncio.current_task()
     return session.closed and (isinstance(error, SessionClosed) or (
         isinstance(error, asyncio.CancelledError) and task is not None

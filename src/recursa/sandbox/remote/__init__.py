@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from recursa.base.types import Sandbox
 from recursa.sandbox.kinds import REMOTE_KINDS, launcher_for
 from recursa.sandbox.remote.base import Launcher, RemoteSandbox, StreamTransport
-from recursa.types import Sandbox
 
 __all__ = ["KINDS", "Launcher", "RemoteSandbox", "StreamTransport", "make_remote_sandbox"]
 

@@ -30,11 +30,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
-from recursa.extras import MissingExtra
+from recursa.base.extras import MissingExtra
+from recursa.base.types import CallHandler, Cell, ContextPayload, SandboxError
 from recursa.sandbox.protocol import WORKER_PATH
 from recursa.sandbox.session import WorkerSession
 from recursa.sandbox.transport import Transport, describe_exit
-from recursa.types import CallHandler, Cell, ContextPayload, SandboxError
 
 log = logging.getLogger("recursa.sandbox")
 

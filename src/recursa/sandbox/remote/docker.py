@@ -33,8 +33,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Literal
 
+from recursa.base.types import SandboxError
 from recursa.sandbox.transport import SubprocessTransport, describe_exit
-from recursa.types import SandboxError
 
 log = logging.getLogger("recursa.sandbox")
 

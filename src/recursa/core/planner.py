@@ -1,0 +1,518 @@
+"""The planned mode (`RLM(strategy="plan")`): the root fills a typed plan, the runtime runs it.
+
+Before the first code turn, the root model picks one plan from a small library and fills its
+slots (a question, a label set, ...) as JSON; on llama.cpp the reply is constrained by the
+plans' JSON schema, so even a 1.5B model returns a valid plan. The runtime turns the plan into
+fixed REPL code built on the combinators (`recursa.core.combinators`), first runs it as a dry run to
+get its bound on sub-calls, tokens and cost (a `plan` trace event and a line in the live view,
+before any sub-call), checks the bound against the budget, then runs it. Its printed results go
+into the root's first message, and the root answers from them in the usual code loop (where it
+may also write code of its own). A plan the model cannot fill, a bound over the budget or a
+failed plan falls back to the code mode, saying so.
+
+Plans: `retrieve_read` (find the pieces that answer a question and read them), `label_count`
+(label every record from a fixed set, then count by code), `two_hop` (a lookup whose answer is
+the key of a second lookup) and `pairs` (label records, then pair their ids by code).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal, Protocol
+
+from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
+
+from recursa.base.types import BudgetExceeded, Cell, Message, ModelClient, ModelError
+from recursa.core import prompts
+from recursa.core.budget import Budget, Ledger
+from recursa.core.dispatch import Dispatcher, Node
+from recursa.core.recorder import RunRecorder
+from recursa.core.state import RunState
+from recursa.obs.trace import Tracer
+
+
+class RunEnv(Protocol):
+    """What the plan step reads of a run's shared settings (recursa.core.loop.RunEnv)."""
+
+    budget: Budget
+    ledger: Ledger
+    tracer: Tracer
+    dispatcher: Dispatcher
+    root_client: ModelClient
+    root_options: dict[str, Any]
+    max_output_chars: int
+    strategy: str
+
+
+class Run(Protocol):
+    """What the plan step uses of a run (recursa.core.loop.Run): no import of the loop, which
+    calls this module."""
+
+    st: RunState
+    rec: RunRecorder
+    query: str
+    depth: int
+    node: Node
+
+    @property
+    def env(self) -> RunEnv: ...
+
+    @property
+    def messages(self) -> list[Message]: ...
+
+    async def run_cell(self, code: str) -> Cell: ...
+
+STRATEGIES = ("code", "plan", "auto")
+PLAN_MAX_TOKENS = 400
+Text = Annotated[str, Field(min_length=1, max_length=300)]
+Label = Annotated[str, Field(min_length=1, max_length=40)]
+
+
+def _distinct(labels: list[str]) -> list[str]:
+    # a 1.5B root has filled ["code", "code"]: repeats dropped; a set that cannot tell two
+    # records apart is not a plan
+    out: dict[str, str] = {}
+    for x in labels:
+        out.setdefault(x.strip().lower(), x.strip())
+    if len(out) < 2:
+        raise ValueError("a label set needs at least two different labels")
+    return list(out.values())
+
+
+Labels = Annotated[list[Label], Field(min_length=2, max_length=12), AfterValidator(_distinct)]
+
+
+class RetrieveRead(BaseModel):
+    """Find the pieces of the context that answer `question`, then read them."""
+
+    plan: Literal["retrieve_read"]
+    question: Text
+    keywords: list[Label] = Field(default_factory=list, max_length=6)
+
+
+class LabelCount(BaseModel):
+    """Label every record with one of `labels`, then count the labels by code."""
+
+    plan: Literal["label_count"]
+    instruction: Text
+    labels: Labels
+
+
+class TwoHop(BaseModel):
+    """Answer `first_question`, then `second_question` with `{answer}` replaced by that answer."""
+
+    plan: Literal["two_hop"]
+    first_question: Text
+    second_question: Text
+
+
+class Pairs(BaseModel):
+    """Label every record, then list the pairs of record ids whose labels are both in `keep`."""
+
+    plan: Literal["pairs"]
+    instruction: Text
+    labels: Labels
+    keep: list[Label] = Field(min_length=1, max_length=12)
+    id_prefix: Annotated[str, Field(max_length=20)] = ""
+
+
+class CodeInstead(BaseModel):
+    """No plan fits: write code instead."""
+
+    plan: Literal["code"]
+
+
+Plan = Annotated[RetrieveRead | LabelCount | TwoHop | Pairs | CodeInstead,
+                 Field(discriminator="plan")]
+PLAN = TypeAdapter(Plan)
+
+PLAN_SYSTEM = """You plan how to answer a query about a context that is too large to read at \
+once. The context is stored as the variable `context` in a Python REPL. Choose ONE plan and fill \
+its fields; the runtime runs it with a small language model reading each piece, then you answer \
+from its results.
+
+Plans (reply with one JSON object):
+- {{"plan": "retrieve_read", "question": "...", "keywords": [...]}}: find the pieces of the \
+context that answer `question` (a full question, in the query's words) and read them. \
+`keywords`: 2-5 plain words or short phrases the passage itself probably uses for what the \
+question is about, which need not be the query's own words (for "the lights went out": \
+"power", "outage"), or [] when unsure.
+- {{"plan": "label_count", "instruction": "...", "labels": [...]}}: give every record (line or \
+entry) one label from `labels`, answering `instruction` (e.g. "What is the sentiment of this \
+review?"), then count the labels with code. For how many / which is most or least common / \
+compare groups, when the label is a judgement not written in the record.
+- {{"plan": "two_hop", "first_question": "...", "second_question": "... {{answer}} ..."}}: \
+answer the first question, then the second with {{answer}} replaced by the first answer.
+- {{"plan": "pairs", "instruction": "...", "labels": [...], "keep": [...], "id_prefix": "..."}}: \
+label every record, then list the pairs of ids whose records have a label in `keep`; \
+`id_prefix` is the text before each record's id (e.g. "User:"), or "" to use record numbers.
+- {{"plan": "code"}}: none fits (e.g. a question about the context itself, such as how many \
+lines it has, or exact text search); you will write Python code instead."""
+
+PLAN_USER = """Query: {query}
+
+The context:
+{description}
+
+Reply with the JSON plan only."""
+
+RESULTS = """Before this conversation the runtime ran a plan you chose:
+{plan}
+Its bound: at most {calls:,} sub-calls and {tokens:,} tokens. What it printed:
+{output}
+
+Its variables are in the REPL ({names}). If these results answer the query, commit the answer \
+now with FINAL(...) in a ```repl block, using the numbers and names printed above. If not, write \
+code to finish the job."""
+
+FELL_BACK = "(A planned run was tried first but not used: {why}.)"
+
+
+# ------------------------------------------------------------------ choosing the mode
+def check_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+    return strategy
+
+
+_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b\b", re.I)
+
+
+def choose(env: RunEnv) -> str:
+    """`auto`: plan for small root models (a local model, or a name saying at most 8B
+    parameters), code otherwise. Provisional until the dev split says better."""
+    if env.strategy != "auto":
+        return env.strategy
+    name = env.root_client.name.lower()
+    m = _SIZE.search(name)
+    small = name.startswith("local:") or (m is not None and float(m.group(1)) <= 8)
+    return "plan" if small else "code"
+
+
+def request(env: RunEnv, query: str, description: str) -> tuple[list[dict[str, Any]],
+                                                                  dict[str, Any]]:
+    """Messages and options of the planning call; the reply is constrained where the client
+    can take a JSON schema."""
+    messages = [{"role": "system", "content": PLAN_SYSTEM.format()},
+                {"role": "user", "content": PLAN_USER.format(query=query,
+                                                             description=description)}]
+    options = {**env.root_options, "temperature": 0.0, "max_tokens": PLAN_MAX_TOKENS}
+    schema = plan_schema()
+    from recursa.models.registry import structured_output
+    how = structured_output(env.root_client)
+    if how == "json_schema":
+        options["json_schema"] = schema
+    elif how == "response_format":
+        options["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "plan", "schema": {"type": "object", "properties": {"choice": schema},
+                                       "required": ["choice"]}}}
+    return messages, options
+
+
+def plan_schema() -> dict[str, Any]:
+    """The plans' JSON schema with its references inlined (grammar converters and small
+    models both do better without $ref)."""
+    raw = PLAN.json_schema()
+    defs = raw.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
+            return {k: inline(v) for k, v in node.items()
+                    if k not in ("discriminator", "title", "description")}
+        if isinstance(node, list):
+            return [inline(x) for x in node]
+        return node
+    return inline(raw)
+
+
+# What a query that needs a label on every record asks for: a count, a most / least, a
+# comparison or pairs. Without one of these words, a labelling plan is a misread of the query
+# (a 1.5B root answered "what code opens the bike shed?" with label_count over 119 records).
+_AGGREGATE = re.compile(
+    r"\b(how many|how much|count|counts|counting|number of|numbers of|most|least|fewest|fewer|"
+    r"more(?! than one)|less|majority|minority|proportion|percentage|share|ratio|average|total|"
+    r"compare|comparison|pairs?|largest|smallest|biggest|highest|lowest|frequent|common)\b",
+    re.I)
+
+
+def fits(plan: Any, query: str) -> Any:
+    """`plan`, or in place of a labelling plan for a query that asks for no aggregate (no count,
+    most / least, comparison or pairs), a retrieval of the query itself."""
+    if isinstance(plan, LabelCount | Pairs) and not _AGGREGATE.search(query):
+        return RetrieveRead(plan="retrieve_read", question=query[:300], keywords=[])
+    return plan
+
+
+def parse(text: str) -> Any:
+    """The plan in the root's reply (ValueError when there is none)."""
+    t = text.strip()
+    m = re.search(r"\{.*\}", t, re.S)
+    if not m:
+        raise ValueError("no JSON object in the reply")
+    value = json.loads(m.group())
+    if isinstance(value, dict) and set(value) == {"choice"}:
+        value = value["choice"]
+    try:
+        return PLAN.validate_python(value)
+    except ValidationError as e:
+        raise ValueError(f"not a valid plan: {e.errors(include_url=False)[:2]}") from None
+
+
+# ------------------------------------------------------------------ plans as REPL code
+_PRELUDE = '''
+def _plan_text(c):
+    if isinstance(c, str):
+        return c
+    return json.dumps(c, ensure_ascii=False, default=str, indent=1)
+
+def _plan_records(c):
+    if isinstance(c, list):
+        return [x if isinstance(x, str) else json.dumps(x, ensure_ascii=False, default=str)
+                for x in c]
+    if isinstance(c, dict):
+        return [f"{k}: {v}" for k, v in c.items()]
+    blocks = [b.strip() for b in re.split(r"\\n\\s*\\n", c) if b.strip()]
+    lines = [x for x in c.splitlines() if x.strip()]
+    # entries separated by blank lines, when most of them span several lines
+    if len(blocks) >= 3 and len(lines) >= 1.5 * len(blocks):
+        return blocks
+    return lines
+
+def _plan_add(*bounds):
+    out = {"calls": 0, "tokens": 0, "cost_usd": 0.0}
+    for b in bounds:
+        out["calls"] += b["calls"]
+        out["tokens"] += b["tokens"]
+        out["cost_usd"] = None if out["cost_usd"] is None or b["cost_usd"] is None \\
+            else out["cost_usd"] + b["cost_usd"]
+    return out
+
+_PLAN_GUESS = ("Write one short sentence, in plain everyday words, that a document answering "
+               "this question might contain (invent the details): ")
+_PLAN_K, _PLAN_BEFORE, _PLAN_AFTER = 6, 300, 1500
+
+def _plan_can_search():
+    try:
+        search("probe", k=1)       # no model call; fails without the search extra
+        return True
+    except Exception:
+        return False
+
+def _plan_searched(question, keywords):
+    # the passages search() ranks first for a sentence the sub-model writes as a made-up answer
+    # (HyDE: an answer's words are closer to the passage's than the question's are) and the
+    # keywords the question does not already say; each widened, since a passage often starts a
+    # section whose facts come later
+    guess = llm_query(_PLAN_GUESS + question, max_tokens=60)
+    guess = "" if guess.startswith("Error:") else guess
+    new = [w for w in keywords if w.lower() not in question.lower()]
+    hits = search(" ".join([guess, *new]).strip() or question, k=_PLAN_K)
+    spans = {}
+    for h in hits:
+        key = h.get("item")
+        spans.setdefault(key, []).append((max(0, h["start"] - _PLAN_BEFORE),
+                                          h["end"] + _PLAN_AFTER))
+    out = []
+    for key, ranges in spans.items():
+        for a, b in sorted(ranges):   # overlapping windows merged, in text order
+            if out and out[-1][0] == key and a <= out[-1][2]:
+                out[-1][2] = max(out[-1][2], b)
+            else:
+                out.append([key, a, b])
+    windows = [(context if key is None else _plan_text(context[key]))[a:b] for key, a, b in out]
+    return [p for w in windows for p in chunk(w)]      # each piece fits one sub-call
+
+def _plan_chunks(keywords):
+    pieces = chunk(_plan_text(context))
+    if keywords:
+        hit = [p for p in pieces if any(re.search(re.escape(k), p, re.I) for k in keywords)]
+        pieces = hit or pieces
+    return pieces
+
+# every part: asked "who ... and what ...", the 1.5B answered with a name alone
+_PLAN_READ = (" Answer every part of the question from the text above in one short sentence, "
+              "or reply 'none' if the text does not say.")
+
+def _plan_retrieve(question, keywords, dry):
+    # with search(): a made-up answer, a search, and one read of each hit; without: every
+    # chunk (or those holding a keyword) filtered by the question, then the relevant ones read
+    searched = _plan_can_search()
+    if dry:
+        if searched:
+            window = "x" * (_PLAN_BEFORE + _PLAN_AFTER + 1200)      # a widened passage, at most
+            return _plan_add(llm_map(_PLAN_GUESS, [question], dry_run=True, max_tokens=60),
+                             llm_map(question + _PLAN_READ, [window] * _PLAN_K, dry_run=True))
+        cand = _plan_chunks(keywords)
+        return _plan_add(llm_filter(question, cand, dry_run=True),
+                         llm_map(question + _PLAN_READ, cand, dry_run=True))
+    cand = _plan_searched(question, keywords) if searched else _plan_chunks(keywords)
+    hits = cand if searched else llm_filter(question, cand)
+    answers = llm_map(question + _PLAN_READ, hits) if hits else []
+    found = [a for a in answers if a and a.strip(" .'\\"").lower() != "none"]
+    how = "found by search()" if searched else "checked"
+    print(f"{len(cand)} pieces {how}, {len(hits)} read; answers: {found}")
+    return found
+'''
+
+
+def plan_code(plan: Any, dry: bool) -> str:
+    """The REPL code of a plan; `dry`: it prints its bound as JSON instead of running."""
+    r = repr
+    if isinstance(plan, RetrieveRead):
+        body = f"plan_answers = _plan_retrieve({r(plan.question)}, {r(plan.keywords)}, {dry})"
+        out = "plan_answers"
+    elif isinstance(plan, TwoHop):
+        if dry:   # the second question's key is unknown yet: bound it by the first's length
+            body = (f"_b1 = _plan_retrieve({r(plan.first_question)}, [], True)\n"
+                    f"plan_bound = _plan_add(_b1, _b1)")
+            out = "plan_bound"
+        else:
+            body = (f"first_answers = _plan_retrieve({r(plan.first_question)}, [], False)\n"
+                    "first_answer = collections.Counter(first_answers).most_common(1)[0][0] "
+                    "if first_answers else None\n"
+                    "print('first answer:', first_answer)\n"
+                    f"plan_answers = _plan_retrieve({r(plan.second_question)}.replace("
+                    "'{answer}', str(first_answer)), [], False) if first_answer else []")
+            out = "plan_answers"
+    elif isinstance(plan, LabelCount | Pairs):
+        body = (f"records = _plan_records(context)\nplan_labels = {r(plan.labels)}\n"
+                f"record_labels = llm_map({r(plan.instruction)}, records, labels=plan_labels"
+                f"{', dry_run=True' if dry else ''})")
+        out = "record_labels"
+        if not dry and isinstance(plan, LabelCount):
+            body += (
+                "\nlabel_counts = collections.Counter(x for x in record_labels if x)\n"
+                "print(f'{len(records)} records labelled; counts:')\n"
+                "for _l in plan_labels:\n    print(f'  {_l}: {label_counts[_l]}')\n"
+                "_ranked = sorted(plan_labels, key=lambda x: -label_counts[x])\n"
+                "print('most common:', _ranked[0], '| least common:', _ranked[-1])\n"
+                "print('unlabelled:', sum(x is None for x in record_labels))")
+            out = "label_counts"
+        elif not dry and isinstance(plan, Pairs):
+            prefix = plan.id_prefix.strip()
+            ident = (f"(re.search(re.escape({r(prefix)}) + r'[\\s:#=]*([\\w.-]+)', _rec) or "
+                     "[None, str(_i + 1)])[1]" if prefix else "str(_i + 1)")
+            body += (
+                f"\nrecord_ids = [{ident} for _i, _rec in enumerate(records)]\n"
+                f"_keep = {r(plan.keep)}\n"
+                "kept_ids = sorted({i for i, x in zip(record_ids, record_labels) if x in _keep}, "
+                "key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x))\n"
+                "plan_pairs = pairs(kept_ids)\n"
+                "print(f'{len(records)} records, {len(kept_ids)} ids with a label in "
+                "{_keep}: {kept_ids[:100]}')\n"
+                "print(f'{len(plan_pairs)} pairs:', plan_pairs[:200])")
+            out = "plan_pairs"
+    else:
+        raise ValueError(f"no code for plan {plan!r}")
+    # the plan's helpers leave the REPL; its results stay
+    tidy = ("for _n in [n for n in globals() if n.startswith(('_plan', '_PLAN', '_b1', "
+            "'_keep', '_ranked', '_l', 'plan_bound'))]:\n    del globals()[_n]\ndel _n")
+    if dry:
+        return f"{_PRELUDE}\n{body}\nprint(json.dumps({out}))\n{tidy}"
+    return f"{_PRELUDE}\n{body}\n{tidy}"
+
+
+def describe(plan: Any) -> str:
+    return json.dumps(plan.model_dump(), ensure_ascii=False)
+
+
+# ------------------------------------------------------------------ the planned step
+async def run_plan(run: Run, description: str) -> None:
+    """The plan turn of `run` (a top-level run in plan mode): ask, bound, run, and put the
+    results (or why there are none) into the root's first message."""
+    env, st = run.env, run.st
+    turn = run.rec.turn(turn=st.turns + 1, plan=True)
+    messages, options = request(env, run.query, description)
+    try:
+        comp = await env.dispatcher.call_model(env.root_client, messages, role="root",
+                                               subcall=False, options=options)
+    except (ModelError, BudgetExceeded) as e:
+        turn.fail(str(e))
+        return _note(run, f"the planning call failed ({e})")
+    st.turns += 1
+    turn.replied(comp)
+    try:
+        plan = fits(parse(comp.text), run.query)
+    except ValueError as e:
+        turn.end(comp, blocks=0, plan_error=str(e))
+        return _note(run, f"the reply was not a valid plan ({e})")
+    if isinstance(plan, CodeInstead):
+        turn.end(comp, blocks=0, plan="code")
+        return None
+    ev = env.tracer.emit("plan", phase="start", parent=turn.id, depth=run.depth,
+                         plan=plan.model_dump())
+    bound_cell = await _cell(run, turn, 0, plan_code(plan, dry=True))
+    try:
+        bound = json.loads((bound_cell.stdout or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        why = f"its dry run failed: {(bound_cell.error or bound_cell.stdout)[-300:]}"
+        env.tracer.emit("plan", id=ev, phase="end", parent=turn.id, depth=run.depth, error=why)
+        turn.end(comp, blocks=1)
+        return _note(run, why)
+    env.tracer.emit("plan", phase="point", parent=ev, depth=run.depth, bound=bound,
+                    plan_kind=plan.plan)
+    over = _over_budget(env, bound)
+    if over:
+        env.tracer.emit("plan", id=ev, phase="end", parent=turn.id, depth=run.depth, error=over)
+        turn.end(comp, blocks=1)
+        return _note(run, over)
+    cell = await _cell(run, turn, 1, plan_code(plan, dry=False))
+    env.tracer.emit("plan", id=ev, phase="end", parent=turn.id, depth=run.depth,
+                    bound=bound, error=cell.error)
+    turn.end(comp, blocks=2)
+    if cell.error:
+        return _note(run, f"it failed: {cell.error[-300:]}")
+    output = (cell.stdout or "").strip() or "(nothing)"
+    names = ", ".join(n for n in cell.variables if not n.startswith("_")
+                      and n in ("plan_answers", "first_answer", "records", "record_labels",
+                                "label_counts", "record_ids", "kept_ids", "plan_pairs"))
+    _preface(run, RESULTS.format(plan=describe(plan), calls=bound["calls"],
+                                 tokens=bound["tokens"], output=output[:env.max_output_chars],
+                                 names=names), replace_start=True)
+    from recursa.core.guards import plain_digits
+    st.seen.append(plain_digits(output))
+
+
+async def _cell(run: Run, turn: Any, index: int, code: str) -> Any:
+    cell_id = turn.cell(index, code)
+    run.node.parent = cell_id
+    cell = await run.run_cell(code)
+    turn.cell_end(cell_id, cell, cell.stdout or cell.error or "")
+    run.st.cells_run += 1
+    run.st.variables = list(cell.variables)
+    return cell
+
+
+def _over_budget(env: RunEnv, bound: dict[str, Any]) -> str | None:
+    b, ledger = env.budget, env.ledger
+    if b.max_subcalls is not None and ledger.subcalls + bound["calls"] > b.max_subcalls:
+        return f"its bound of {bound['calls']:,} sub-calls is over the budget (max_subcalls)"
+    if b.max_tokens is not None and ledger.tokens + bound["tokens"] > b.max_tokens:
+        return f"its bound of {bound['tokens']:,} tokens is over the budget (max_tokens)"
+    cost = bound.get("cost_usd")
+    if b.max_cost_usd is not None and cost is not None and \
+            ledger.cost_spent + cost > b.max_cost_usd:
+        return f"its bound of ${cost:.4f} is over the budget (max_cost_usd)"
+    return None
+
+
+def _note(run: Run, why: str) -> None:
+    _preface(run, FELL_BACK.format(why=why))
+
+
+def _preface(run: Run, text: str, replace_start: bool = False) -> None:
+    """Add `text` to the root's first message (before its first code turn); with results,
+    in place of its "start by exploring" line, which would contradict them."""
+    msg = run.messages[1]
+    content = msg["content"]
+    start = prompts.FIRST_USER.rsplit("\n\n", 1)[-1]
+    if replace_start and start in content:
+        content = content.replace(start, text, 1)
+    else:
+        content = f"{content}\n\n{text}"
+    msg["content"] = content
+    run.st.first_user = msg["content"]
+    run.st.full[1] = dict(msg)

@@ -1,0 +1,138 @@
+"""Live, compact terminal view of a run (rich, on stderr). The JSON-lines printer for scripts is
+recursa.obs.jsonl_view, which does not import rich."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from recursa.base.types import Event
+from recursa.obs.streaming import StreamedText
+
+WRITING_LINES = 8       # lines of the reply being written that the live view shows
+
+
+def _money(v: float | None) -> str:
+    return "cost ?" if v is None else f"${v:.4f}"
+
+
+class ConsoleView:
+    """A TraceSink that shows the current turn, sub-calls in flight and done, tokens and spend,
+    and (on a terminal) the last lines of the root's reply while the model writes it."""
+
+    def __init__(self, console: Console | None = None, *, budget: dict[str, Any] | None = None,
+                 live: bool = True):
+        self.console = console or Console(stderr=True)
+        self.budget = budget or {}
+        self._lock = threading.Lock()
+        self.turn = 0
+        self.depth_turns: dict[int, int] = {}
+        self.inflight = 0
+        self.done = 0
+        self.failed = 0
+        self.tokens = 0
+        self.cost: float | None = 0.0
+        self.children = 0
+        self.t0 = time.monotonic()
+        self.last_answer: dict[str, Any] | None = None
+        self.writing = StreamedText()       # the root's reply so far, from delta events
+        self._live = Live(self._render(), console=self.console, refresh_per_second=8,
+                          transient=True) if live and self.console.is_terminal else None
+        if self._live:
+            self._live.start()
+
+    @property
+    def wants_deltas(self) -> bool:
+        """Only a live display can show a reply as it is written."""
+        return self._live is not None
+
+    def _add_usage(self, data: dict[str, Any]) -> None:
+        u = data.get("usage") or {}
+        self.tokens += int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
+        c = data.get("cost_usd")
+        self.cost = None if (c is None and u) or self.cost is None else self.cost + (c or 0.0)
+
+    def emit(self, ev: Event) -> None:
+        with self._lock:
+            d = ev.data
+            line: str | None = None
+            if ev.kind == "turn" and ev.phase == "start" and ev.depth == 0:
+                self.turn = d.get("turn", self.turn)
+                self.writing.clear()
+            elif ev.kind == "turn" and ev.phase == "delta":
+                if ev.depth == 0:
+                    self.writing.add(str(d.get("text", "")), int(d.get("offset", 0)))
+            elif ev.kind == "turn" and ev.phase == "end":
+                if ev.depth == 0:
+                    self.writing.clear()
+                self._add_usage(d)
+                if ev.depth == 0:
+                    u = d.get("usage") or {}
+                    line = (f"turn {self.turn}: {d.get('blocks', 0)} code block(s), "
+                            f"{u.get('input_tokens', 0):,} in / {u.get('output_tokens', 0):,} out"
+                            + (f"  error: {d['error']}" if d.get("error") else ""))
+            elif ev.kind == "subcall" and ev.phase == "start":
+                self.inflight += 1
+            elif ev.kind == "subcall" and ev.phase == "end":
+                self.inflight = max(0, self.inflight - 1)
+                self.done += 1
+                self.failed += bool(d.get("error"))
+                self._add_usage(d)
+            elif ev.kind == "child" and ev.phase == "start":
+                self.children += 1
+            elif ev.kind == "cell" and ev.phase == "end" and ev.depth == 0:
+                if d.get("timed_out") or d.get("restarted"):
+                    line = "  cell stopped: sandbox restarted"
+            elif ev.kind == "plan" and ev.phase == "point" and d.get("bound"):
+                b = d["bound"]
+                cost = "" if b.get("cost_usd") is None else f", ${b['cost_usd']:.4f}"
+                line = (f"plan {d.get('plan_kind')}: at most {b.get('calls', 0):,} sub-calls, "
+                        f"{b.get('tokens', 0):,} tokens{cost}")
+            elif ev.kind == "final" and ev.depth == 0:
+                self.last_answer = d
+            if line:
+                self.console.print(Text(line, style="dim"))
+            if self._live:
+                self._live.update(self._render())
+
+    def _render(self) -> Text | Group:
+        status = self._status()
+        tail = self.writing.tail(WRITING_LINES, max(20, self.console.width - 4))
+        if not tail:
+            return status
+        return Group(status, Text(tail, style="dim"))
+
+    def render_plain(self) -> str:
+        """What the live region shows now, as plain text."""
+        with self.console.capture() as cap:
+            self.console.print(self._render())
+        return cap.get()
+
+    def _status(self) -> Text:
+        lim = self.budget
+
+        def of(name: str, fmt: str = "{:,}") -> str:
+            v = lim.get(name)
+            return "" if v is None else " / " + fmt.format(v)
+        cost = _money(self.cost) + of("max_cost_usd", "${:.2f}")
+        return Text(
+            f"turn {self.turn}{of('max_iterations')}  sub-calls {self.done}{of('max_subcalls')}"
+            f" done, {self.inflight} running"
+            + (f", {self.failed} failed" if self.failed else "")
+            + (f"  children {self.children}" if self.children else "")
+            + f"  tokens {self.tokens:,}{of('max_tokens')}  {cost}"
+            + f"  {time.monotonic() - self.t0:.1f}s{of('max_seconds', '{:g}s')}",
+            style="cyan")
+
+    def summary(self) -> str:
+        return self._status().plain
+
+    def close(self) -> None:
+        if self._live:
+            self._live.stop()
+            self._live = None
