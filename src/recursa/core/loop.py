@@ -38,7 +38,7 @@ from recursa.base.types import (
     Sandbox,
 )
 from recursa.core import context as ctx
-from recursa.core import planner, prompts, sources
+from recursa.core import prompts, sources
 from recursa.core.budget import Budget, Ledger
 from recursa.core.compaction import abridge, compact, history_budget, history_code, msg_tokens, over
 from recursa.core.dispatch import Dispatcher, Node, wall_limit
@@ -279,8 +279,10 @@ class Run:
 
     async def _begin(self, context: Any) -> Step:
         await self._open(context)
-        if self.depth == 0 and planner.choose(self.env) == "plan":
-            await planner.run_plan(self, self.description)   # a typed plan runs first
+        if self.depth == 0 and self.env.strategy != "code":
+            from recursa.core import planner  # its plan models: ~12 ms to import
+            if planner.choose(self.env) == "plan":
+                await planner.run_plan(self, self.description)   # a typed plan runs first
         return await self._next(None)
 
     async def _next(self, feedback: str | None) -> Step:

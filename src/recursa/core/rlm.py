@@ -138,8 +138,10 @@ class RLM:
         # response cache (recursa.models.cache): opened now, so a bad path fails here
         from recursa.models.cache import open_cache
         self.cache, self.cache_nondeterministic = open_cache(cache), cache_nondeterministic
-        from recursa.core.planner import check_strategy
-        self.strategy = check_strategy(strategy)
+        self.strategy = "code"
+        if strategy != "code":      # the planner's plan models cost ~4 ms to build
+            from recursa.core.planner import check_strategy
+            self.strategy = check_strategy(strategy)
         self.example = bool(example)
         self.sources = bool(sources)
         # shown under the query in the root's first message (a session's earlier Q&A)
