@@ -280,8 +280,9 @@ def test_vf_eval_runs_the_plugin(tmp_path: Any) -> None:
 async def test_local_model_episode_through_verifiers(monkeypatch: pytest.MonkeyPatch) -> None:
     # the policy is the local llama.cpp server, reached by verifiers' own client
     from recursa.models.local import LocalClient
-    # a window of its own, so a server of its own: not one another test's client may stop (in
-    # the full run its socket was gone mid-episode; alone the test passed)
+    # a window of its own, so a server of its own. (Its socket once vanished mid-episode in the
+    # full run: a forked sandbox worker deleted the shared server's directory, fixed in
+    # llama_server; test_llama_socket.py checks it.)
     local = LocalClient("smollm2-135m", name="local:smollm2-135m", n_ctx=4096)
     srv = await local.load()
     monkeypatch.setenv("RECURSA_TEST_LLAMA_TOKEN", srv.token)
