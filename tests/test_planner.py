@@ -23,13 +23,20 @@ def is_planner(messages) -> bool:
     return messages[0]["content"].startswith("You plan")
 
 
-def scripted(plan: dict | str, *code_turns: str):
-    """A root that answers the planning call with `plan`, then writes `code_turns`."""
+def is_answer_call(messages) -> bool:
+    return messages[0]["content"] == pl.ANSWER_SYSTEM
+
+
+def scripted(plan: dict | str, *code_turns: str, answer: str = "none"):
+    """A root that answers the planning call with `plan`, the call that answers from the plan's
+    results with `answer` ("none": go on in code), then writes `code_turns`."""
     state = {"i": 0}
 
     def respond(messages):
         if is_planner(messages):
             return plan if isinstance(plan, str) else json.dumps(plan)
+        if is_answer_call(messages):
+            return answer
         reply = code_turns[min(state["i"], len(code_turns) - 1)]
         state["i"] += 1
         return f"```repl\n{reply}\n```"
@@ -49,17 +56,17 @@ def run(root, sub=sentiment, context=REVIEWS, trace: Path | None = None,
 
 
 def first_code_message(root: ReplayClient) -> str:
-    return next(c for c in root.calls if not is_planner(c))[1]["content"]
+    return next(c for c in root.calls if not is_planner(c) and not is_answer_call(c)
+                )[1]["content"]
 
 
 def test_label_count_plan_runs_with_a_bound_shown_first_and_the_root_answers(tmp_path):
-    root = scripted({"plan": "label_count", "instruction": "Is this review negative?",
-                     "labels": ["positive", "negative"]},
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive"},
                     "FINAL(str(label_counts['negative']))")
     trace = tmp_path / "t.jsonl"
     res, sub = run(root, trace=trace)
     assert res.status == "final" and res.answer == "10"
-    assert len(sub.calls) == 30 and res.turns == 2
+    assert len(sub.calls) == 30 and res.turns == 3    # plan, answer call ("none"), code
     # the planning call was constrained by the plans' schema, inlined (no $ref)
     opts = root.options[0]
     assert "$ref" not in json.dumps(opts["json_schema"]) and opts["temperature"] == 0.0
@@ -72,6 +79,29 @@ def test_label_count_plan_runs_with_a_bound_shown_first_and_the_root_answers(tmp
     point = evs[bound]
     assert point.data["bound"]["calls"] == 30 and point.data["plan_kind"] == "label_count"
     assert ("plan", "end") in kinds
+
+
+def test_the_root_answers_from_the_plans_results_in_one_plain_call(tmp_path):
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive"},
+                    "FINAL('never reached')", answer="10")
+    trace = tmp_path / "t.jsonl"
+    res, sub = run(root, trace=trace)
+    assert (res.status, res.answer, res.turns) == ("final", "10", 2)
+    asked = [c for c in root.calls if is_answer_call(c)]
+    assert len(asked) == 1 and len(root.calls) == 2          # no code turn
+    assert "How many reviews are negative?" in asked[0][1]["content"]
+    assert "negative: 10" in asked[0][1]["content"]
+    end = [e for e in load_events(trace) if e.kind == "turn" and e.phase == "end"][-1]
+    assert end.data["plan_answer"] == "10"
+
+
+@pytest.mark.parametrize("answer", ["none", "None.", "```repl\nFINAL('10')\n```"])
+def test_an_answer_call_that_gives_none_or_code_goes_on_in_the_code_loop(answer):
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive"},
+                    "FINAL(str(label_counts['negative']))", answer=answer)
+    res, _ = run(root)
+    assert (res.status, res.answer, res.turns) == ("final", "10", 3)
+    assert "negative: 10" in first_code_message(root)
 
 
 def _vault_run(monkeypatch=None):
@@ -147,9 +177,9 @@ def test_pairs_plan_pairs_ids_by_code():
 
 @pytest.mark.parametrize("reply, why", [
     ("I would search for it.", "not a valid plan"),
-    ('{"plan": "label_count", "instruction": "x", "labels": ["only one"]}', "not a valid plan"),
-    ('{"plan": "label_count", "instruction": "x", "labels": ["code", "Code "]}',
-     "at least two different labels"),
+    ('{"plan": "label_count", "label": "only one"}', "not a valid plan"),
+    ('{"plan": "label_count", "label": "code", "opposite": "Code "}',
+     "label and opposite must differ"),
 ])
 def test_a_bad_plan_falls_back_to_code_saying_so(reply, why):
     root = scripted(reply, "FINAL(str(len(context.splitlines())))")
@@ -162,8 +192,7 @@ def test_the_code_plan_and_a_plan_over_budget_leave_the_code_mode_as_it_was():
     root = scripted({"plan": "code"}, "FINAL(str(len(context.splitlines())))")
     res, sub = run(root)
     assert res.answer == "30" and "plan" not in first_code_message(root).lower()
-    root = scripted({"plan": "label_count", "instruction": "Negative?",
-                     "labels": ["positive", "negative"]}, "FINAL('x')")
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive"}, "FINAL('x')")
     res, sub = run(root, max_subcalls=5)
     assert sub.calls == []
     assert "its bound of 30 sub-calls is over the budget" in first_code_message(root)
@@ -177,7 +206,7 @@ def test_plan_schema_accepts_every_plan_and_parse_reads_wrapped_replies():
         jsonschema.validate(plan, schema)
         assert pl.parse(json.dumps({"choice": plan})).plan == plan["plan"]
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate({"plan": "label_count", "instruction": "x", "labels": []}, schema)
+        jsonschema.validate({"plan": "label_count", "label": "x"}, schema)
 
 
 def test_auto_picks_plan_for_small_models_only():
@@ -225,10 +254,9 @@ def test_plain_line_count_without_importing_re():
 
 
 def test_the_plan_leaves_its_results_but_not_its_helpers_in_the_repl():
-    root = scripted({"plan": "label_count", "instruction": "Negative?",
-                     "labels": ["positive", "negative"]}, "SHOW_VARS()", "FINAL('x')")
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive"}, "SHOW_VARS()", "FINAL('x')")
     run(root)
-    shown = [c for c in root.calls if not is_planner(c)][1][-1]["content"]
+    shown = [c for c in root.calls if not is_planner(c) and not is_answer_call(c)][1][-1]["content"]
     assert "label_counts: Counter" in shown and "records: list" in shown
     assert "_plan" not in shown and "plan_bound" not in shown
 
@@ -251,14 +279,42 @@ def test_the_live_view_shows_the_bound_before_the_plan_runs():
     assert "plan label_count: at most 30 sub-calls, 1,240 tokens, $0.0012" in buf.getvalue()
 
 
-def test_repeated_labels_are_dropped_and_the_count_still_runs():
-    root = scripted({"plan": "label_count", "instruction": "Negative?",
-                     "labels": ["negative", "Negative", "positive"]},
+def test_the_record_question_names_both_sides_opposite_first():
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive"},
                     "FINAL(str(label_counts['negative']))")
     res, sub = run(root)
     assert res.answer == "10" and len(sub.calls) == 30
+    leaf = sub.calls[0][-1]["content"].split("\n\n---\n")[1]
+    assert "positive or negative?" in leaf
     msg = first_code_message(root)
-    assert "negative: 10" in msg and "positive: 20" in msg and "Negative:" not in msg
+    assert "negative: 10" in msg and "positive: 20" in msg
+
+
+GROUPED = "\n".join(f"Review {i} | Shop: {'North' if i % 2 else 'South'} | Text: "
+                     + ("awful, broken" if i % 5 == 0 or (i % 2 and i % 3 == 0) else "I love it")
+                     for i in range(1, 31))
+
+
+def test_group_by_counts_the_judgements_per_value_of_a_record_field():
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive",
+                     "group_by": "shop"},
+                    "FINAL(max(group_counts, key=lambda g: group_counts[g]['negative']))")
+    res, sub = run(root, context=GROUPED, query="Which shop got the most negative reviews?")
+    north = sum(1 for i in range(1, 31, 2) if i % 5 == 0 or i % 3 == 0)     # 7
+    south = sum(1 for i in range(2, 31, 2) if i % 5 == 0)                   # 3
+    msg = first_code_message(root)
+    assert f"North: {15 - north} positive, {north} negative" in msg
+    assert f"South: {15 - south} positive, {south} negative" in msg
+    assert f"most negative: North ({north}) | fewest negative: South ({south})" in msg
+    assert res.answer == "North"
+
+
+def test_group_by_a_field_no_record_has_says_so():
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive",
+                     "group_by": "Team"}, "FINAL(str(label_counts['negative']))")
+    res, _ = run(root, context=GROUPED, query="How many reviews are negative?")
+    assert "no record has a field 'Team'" in first_code_message(root)
+    assert res.answer == "10"
 
 
 @pytest.mark.parametrize("query, kind", [
@@ -268,8 +324,7 @@ def test_repeated_labels_are_dropped_and_the_count_still_runs():
     ("There is more than one code for the shed. List them.", "retrieve_read"),
 ])
 def test_a_labelling_plan_is_kept_only_for_a_query_that_asks_for_an_aggregate(query, kind):
-    plan = pl.parse(json.dumps({"plan": "label_count", "instruction": "Count 'code'",
-                                "labels": ["code", "other"]}))
+    plan = pl.parse(json.dumps({"plan": "label_count", "label": "code", "opposite": "other"}))
     fitted = pl.fits(plan, query)
     assert fitted.plan == kind
     if kind == "retrieve_read":
@@ -277,8 +332,8 @@ def test_a_labelling_plan_is_kept_only_for_a_query_that_asks_for_an_aggregate(qu
 
 
 def test_a_misread_labelling_plan_runs_as_a_retrieval_of_the_query():
-    root = scripted({"plan": "label_count", "instruction": "Count the word 'code'",
-                     "labels": ["code", "none"]}, "FINAL(plan_answers[0])")
+    root = scripted({"plan": "label_count", "label": "code", "opposite": "none"},
+                    "FINAL(plan_answers[0])")
     res, sub = run(root, sub=lambda m: "4827193" if "User 7:" in m[-1]["content"] else "none",
                    query="Which code does user 7 use? Answer with the number only.")
     assert "retrieve_read" in first_code_message(root)

@@ -2,7 +2,8 @@
 call per review. `free` (the default) asks for one word and reads it; `schema` constrains the
 reply to the label set by llama.cpp's json_schema, as the planned mode's llm_map does; `yesno`
 asks the question as put and reads yes / no; `neutral` asks "pleased or dissatisfied?" with that
-label set constrained. Usage: label.py [N] [free|schema|yesno|neutral]."""
+label set constrained; `plan:A,B` builds the leaf as the planned mode's label_count does from its
+two labels (in that order; a label of NEGATIVE is the complaint side). Usage: label.py [N] [free|schema|yesno|neutral|plan:A,B]."""
 
 import asyncio
 import random
@@ -13,12 +14,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from recursa.bench.tasks import judge_agg
 from recursa.bench.tasks._reviews import make_reviews
+from recursa.core import planner
+from recursa.core.combinators import LeafType, leaf_prompt
 from recursa.models.local import LocalClient
 
 PROMPT = "{r}\n\n{q}\nReply with one word: complaint or praise."
 YESNO = "{r}\n\n{q} Reply yes or no."
 SCHEMA = {"type": "string", "enum": ["complaint", "praise"]}
 NEUTRAL = "{r}\n\nWas the buyer of this review pleased or dissatisfied with the purchase?"
+QFIRST = "--question-first" in sys.argv
+NEGATIVE = {"complaint", "dissatisfied", "negative", "unhappy", "bad"}
 NEUTRAL_SCHEMA = {"type": "string", "enum": ["pleased", "dissatisfied"]}
 
 
@@ -32,7 +37,15 @@ async def main() -> None:
     lines = [x for x in rs.text().splitlines() if x.startswith("Review")]
     ok = fp = fn = 0
     for line, label in list(zip(lines, rs.labels, strict=True))[:n]:
-        if how == "neutral":
+        if how.startswith("plan:"):
+            labels = how[5:].split(",")
+            leaf = LeafType.of(labels=labels)
+            prompt = leaf_prompt(line, planner.leaf_question(labels), leaf)
+            if QFIRST:    # the question before the record: a prefix the server's cache can reuse
+                prompt = f"{planner.leaf_question(labels)}\n{leaf.instruction}\n---\n{line}"
+            comp = await c.complete([{"role": "user", "content": prompt}], **leaf.options(c))
+            got = "complaint" if leaf.parse(comp.text) in NEGATIVE else "praise"
+        elif how == "neutral":
             comp = await c.complete([{"role": "user", "content": NEUTRAL.format(r=line)}],
                                     max_tokens=6, temperature=0, json_schema=NEUTRAL_SCHEMA)
             got = "complaint" if "dissatisfied" in comp.text.lower() else "praise"

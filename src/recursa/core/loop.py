@@ -281,8 +281,10 @@ class Run:
         await self._open(context)
         if self.depth == 0 and self.env.strategy != "code":
             from recursa.core import planner  # its plan models: ~12 ms to import
-            if planner.choose(self.env) == "plan":
-                await planner.run_plan(self, self.description)   # a typed plan runs first
+            # a typed plan runs first; when the root answers from its results, that is all
+            if planner.choose(self.env) == "plan" and \
+                    await planner.run_plan(self, self.description):
+                return await self.close()
         return await self._next(None)
 
     async def _next(self, feedback: str | None) -> Step:

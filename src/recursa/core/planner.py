@@ -21,7 +21,7 @@ import json
 import re
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, TypeAdapter, ValidationError, model_validator
 
 from recursa.base.types import BudgetExceeded, Cell, Message, ModelClient, ModelError
 from recursa.core import prompts
@@ -43,6 +43,8 @@ class RunEnv(Protocol):
     root_options: dict[str, Any]
     max_output_chars: int
     strategy: str
+    output: Any            # the answer's type (recursa.core.output), or None
+    sources: bool
 
 
 class Run(Protocol):
@@ -91,12 +93,33 @@ class RetrieveRead(BaseModel):
     keywords: list[Label] = Field(default_factory=list, max_length=6)
 
 
+def _word(x: str) -> str:
+    return x.strip().strip("'\".").lower()
+
+
 class LabelCount(BaseModel):
-    """Label every record with one of `labels`, then count the labels by code."""
+    """Judge every record as `label` or `opposite`, then count the judgements by code, per
+    value of the record field `group_by` when one is named. recursa writes the per-record
+    question from the two sides: a root that wrote its own asked the aggregate question
+    ("Count the complaints for each shop") or a leading one, and a 1.5B leaf answers a leading
+    question with the same label for every record."""
 
     plan: Literal["label_count"]
-    instruction: Text
-    labels: Labels
+    label: Label
+    opposite: Label
+    group_by: Annotated[str, Field(max_length=40)] = ""
+
+    @model_validator(mode="after")
+    def _two_sides(self) -> LabelCount:
+        if _word(self.label) == _word(self.opposite):
+            raise ValueError("label and opposite must differ")
+        return self
+
+    @property
+    def labels(self) -> list[str]:
+        # the opposite first: asked "complaint or praise?", the 1.5B said complaint to 33 of 40
+        # reviews (18 were); asked "praise or complaint?", it was right on 40 of 40 (dev split)
+        return [self.opposite.strip(), self.label.strip()]
 
 
 class TwoHop(BaseModel):
@@ -138,10 +161,16 @@ context that answer `question` (a full question, in the query's words) and read 
 `keywords`: 2-5 plain words or short phrases the passage itself probably uses for what the \
 question is about, which need not be the query's own words (for "the lights went out": \
 "power", "outage"), or [] when unsure.
-- {{"plan": "label_count", "instruction": "...", "labels": [...]}}: give every record (line or \
-entry) one label from `labels`, answering `instruction` (e.g. "What is the sentiment of this \
-review?"), then count the labels with code. For how many / which is most or least common / \
-compare groups, when the label is a judgement not written in the record.
+- {{"plan": "label_count", "label": "...", "opposite": "...", "group_by": "..."}}: judge \
+every record (line or entry) as `label` or `opposite`, then count them with code. For how many \
+/ which is most or least common / compare groups, when the judgement is not written in the \
+record. `label`: one word for what the query counts, as said of one record (e.g. "complaint"); \
+`opposite`: one word for a record that is not that (e.g. "praise"); `group_by`: the name of \
+the record field the query groups or filters by (e.g. "Shop", "Team"), or "" for none. \
+Examples: "Which ward's patients most often said the treatment had failed?" -> {{"plan": \
+"label_count", "label": "failed", "opposite": "worked", "group_by": "Ward"}}; "How many of the \
+tickets were solved?" -> {{"plan": "label_count", "label": "solved", "opposite": "unsolved", \
+"group_by": ""}}.
 - {{"plan": "two_hop", "first_question": "...", "second_question": "... {{answer}} ..."}}: \
 answer the first question, then the second with {{answer}} replaced by the first answer.
 - {{"plan": "pairs", "instruction": "...", "labels": [...], "keep": [...], "id_prefix": "..."}}: \
@@ -167,6 +196,22 @@ now with FINAL(...) in a ```repl block, using the numbers and names printed abov
 code to finish the job."""
 
 FELL_BACK = "(A planned run was tried first but not used: {why}.)"
+
+# After a plan ran, the root answers from its printed results in one plain call, not in the
+# code loop: there the 1.5B, given a table that answered the query, copied the worked example's
+# search instead (judge_agg dev seed 0).
+ANSWER_SYSTEM = """A program has read the whole of a long context for you and printed its \
+results. Answer the user's query from those results alone: reply with the answer only, in the \
+form the query asks for (a name, a number or one short sentence), working it out from the \
+printed numbers where needed. If the results do not answer the query, reply: none"""
+
+ANSWER_USER = """Query: {query}
+
+The program's results:
+{output}
+
+Answer:"""
+ANSWER_MAX_TOKENS = 80
 
 
 # ------------------------------------------------------------------ choosing the mode
@@ -332,6 +377,32 @@ def _plan_chunks(keywords):
         pieces = hit or pieces
     return pieces
 
+def _plan_field(rec, name):
+    m = re.search(r"(?<!\\w)" + re.escape(name) + r"\\s*[:=]\\s*([^|\\n;]+)", rec, re.I)
+    return m.group(1).strip().rstrip(".,") if m else None
+
+def _plan_by_group(name, labels):
+    # the judgements counted per value of one record field, the way a grouped question asks
+    global record_groups, group_counts
+    record_groups = [_plan_field(x, name) for x in records]
+    missing = sum(g is None for g in record_groups)
+    group_counts = {}
+    for g, x in zip(record_groups, record_labels):
+        if g is not None:
+            group_counts.setdefault(g, collections.Counter())[x] += 1
+    if not group_counts:
+        print(f"no record has a field {name!r}: no counts by group")
+        return
+    first = labels[-1]
+    ranked = sorted(group_counts, key=lambda g: -group_counts[g][first])
+    print(f"by {name} ({' / '.join(labels)}):")
+    for g in ranked:
+        print(f"  {g}: " + ", ".join(f"{group_counts[g][x]} {x}" for x in labels))
+    print(f"most {first}: {ranked[0]} ({group_counts[ranked[0]][first]}) | fewest {first}: "
+          f"{ranked[-1]} ({group_counts[ranked[-1]][first]})")
+    if missing:
+        print(f"({missing} records have no field {name!r})")
+
 # every part: asked "who ... and what ...", the 1.5B answered with a name alone
 _PLAN_READ = (" Answer every part of the question from the text above in one short sentence, "
               "or reply 'none' if the text does not say.")
@@ -378,8 +449,9 @@ def plan_code(plan: Any, dry: bool) -> str:
                     "'{answer}', str(first_answer)), [], False) if first_answer else []")
             out = "plan_answers"
     elif isinstance(plan, LabelCount | Pairs):
+        question = leaf_question(plan.labels) if isinstance(plan, LabelCount) else plan.instruction
         body = (f"records = _plan_records(context)\nplan_labels = {r(plan.labels)}\n"
-                f"record_labels = llm_map({r(plan.instruction)}, records, labels=plan_labels"
+                f"record_labels = llm_map({r(question)}, records, labels=plan_labels"
                 f"{', dry_run=True' if dry else ''})")
         out = "record_labels"
         if not dry and isinstance(plan, LabelCount):
@@ -387,11 +459,11 @@ def plan_code(plan: Any, dry: bool) -> str:
                 "\nlabel_counts = collections.Counter(x for x in record_labels if x)\n"
                 "print(f'{len(records)} records labelled; counts:')\n"
                 "for _l in plan_labels:\n    print(f'  {_l}: {label_counts[_l]}')\n"
-                "_ranked = sorted(plan_labels, key=lambda x: -label_counts[x])\n"
-                "print('most common:', _ranked[0], '| least common:', _ranked[-1])\n"
                 "print('unlabelled:', sum(x is None for x in record_labels))")
             out = "label_counts"
-        elif not dry and isinstance(plan, Pairs):
+            if plan.group_by.strip():
+                body += f"\n_plan_by_group({r(plan.group_by.strip())}, plan_labels)"
+        if not dry and isinstance(plan, Pairs):
             prefix = plan.id_prefix.strip()
             ident = (f"(re.search(re.escape({r(prefix)}) + r'[\\s:#=]*([\\w.-]+)', _rec) or "
                      "[None, str(_i + 1)])[1]" if prefix else "str(_i + 1)")
@@ -415,14 +487,23 @@ def plan_code(plan: Any, dry: bool) -> str:
     return f"{_PRELUDE}\n{body}\n{tidy}"
 
 
+def leaf_question(labels: list[str]) -> str:
+    """The per-record question of a labelling plan, written from its sides: it names every
+    side, so it does not lead (asked "is this a complaint?", the 1.5B says yes to every
+    review; asked which of two sides fits, it was right on 37 of 40, dev split)."""
+    *head, last = labels
+    return f"Which fits the text above better: {', '.join(head)} or {last}?"
+
+
 def describe(plan: Any) -> str:
     return json.dumps(plan.model_dump(), ensure_ascii=False)
 
 
 # ------------------------------------------------------------------ the planned step
-async def run_plan(run: Run, description: str) -> None:
+async def run_plan(run: Run, description: str) -> bool:
     """The plan turn of `run` (a top-level run in plan mode): ask, bound, run, and put the
-    results (or why there are none) into the root's first message."""
+    results (or why there are none) into the root's first message; then the root answers
+    from them. True when that answer is final (the run is over)."""
     env, st = run.env, run.st
     turn = run.rec.turn(turn=st.turns + 1, plan=True)
     messages, options = request(env, run.query, description)
@@ -441,7 +522,7 @@ async def run_plan(run: Run, description: str) -> None:
         return _note(run, f"the reply was not a valid plan ({e})")
     if isinstance(plan, CodeInstead):
         turn.end(comp, blocks=0, plan="code")
-        return None
+        return False
     ev = env.tracer.emit("plan", phase="start", parent=turn.id, depth=run.depth,
                          plan=plan.model_dump())
     bound_cell = await _cell(run, turn, 0, plan_code(plan, dry=True))
@@ -464,16 +545,50 @@ async def run_plan(run: Run, description: str) -> None:
                     bound=bound, error=cell.error)
     turn.end(comp, blocks=2)
     if cell.error:
-        return _note(run, f"it failed: {cell.error[-300:]}")
+        _note(run, f"it failed: {cell.error[-300:]}")
+        return False
     output = (cell.stdout or "").strip() or "(nothing)"
     names = ", ".join(n for n in cell.variables if not n.startswith("_")
                       and n in ("plan_answers", "first_answer", "records", "record_labels",
-                                "label_counts", "record_ids", "kept_ids", "plan_pairs"))
+                                "label_counts", "record_groups", "group_counts", "record_ids",
+                                "kept_ids", "plan_pairs"))
     _preface(run, RESULTS.format(plan=describe(plan), calls=bound["calls"],
                                  tokens=bound["tokens"], output=output[:env.max_output_chars],
                                  names=names), replace_start=True)
     from recursa.core.guards import plain_digits
     st.seen.append(plain_digits(output))
+    return await _answer(run, output[:env.max_output_chars])
+
+
+async def _answer(run: Run, output: str) -> bool:
+    """One plain root call that answers the query from the plan's results; its answer is the
+    run's final one unless it says "none" (or the run needs what only the code loop does: a
+    typed output or sources), and then the code loop goes on from the results."""
+    env, st = run.env, run.st
+    if env.output is not None or env.sources:
+        return False
+    turn = run.rec.turn(turn=st.turns + 1, plan_answer=True)
+    messages = [{"role": "system", "content": ANSWER_SYSTEM},
+                {"role": "user", "content": ANSWER_USER.format(query=run.query, output=output)}]
+    options = {**env.root_options, "temperature": 0.0, "max_tokens": ANSWER_MAX_TOKENS}
+    try:
+        comp = await env.dispatcher.call_model(env.root_client, messages, role="root",
+                                               subcall=False, options=options)
+    except (ModelError, BudgetExceeded) as e:
+        turn.fail(str(e))
+        return False
+    st.turns += 1
+    turn.replied(comp)
+    text = comp.text.strip()
+    if text.lower().startswith("answer:"):
+        text = text[7:].strip()
+    # code instead of an answer: the code loop is the place for it
+    if not text or "```" in text or text.strip(" .'\"").lower() == "none":
+        turn.end(comp, blocks=0, plan_answer=None)
+        return False
+    st.final = text
+    turn.end(comp, blocks=0, plan_answer=text, ended=True)
+    return True
 
 
 async def _cell(run: Run, turn: Any, index: int, code: str) -> Any:
@@ -499,8 +614,9 @@ def _over_budget(env: RunEnv, bound: dict[str, Any]) -> str | None:
     return None
 
 
-def _note(run: Run, why: str) -> None:
+def _note(run: Run, why: str) -> bool:
     _preface(run, FELL_BACK.format(why=why))
+    return False
 
 
 def _preface(run: Run, text: str, replace_start: bool = False) -> None:
