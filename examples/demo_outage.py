@@ -1,11 +1,12 @@
-"""`make demo`: a real RLM run with the local Qwen2.5-Coder-1.5B model over a long archive.
+"""The first demo: a real RLM run with the local Qwen2.5-Coder-1.5B model over a long archive
+(`make demo` runs examples/demo.py now, a question no grep can answer; this one a grep can).
 
 The archive is real encyclopedic text, about 65,000 tokens (four times the 16,384-token window
 the local model runs with), with one maintenance report hidden in it. The question is asked as
 a user would ask it; nothing in it says which code to write. The model never sees the archive:
 it writes code against the `context` variable, finds the report, and asks a sub-model to read it.
 
-    .venv/bin/python examples/demo.py [--seed N] [--model local:qwen2.5-coder-0.5b]
+    .venv/bin/python examples/demo_outage.py [--seed N] [--model local:qwen2.5-coder-0.5b]
 """
 
 from __future__ import annotations
