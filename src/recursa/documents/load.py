@@ -7,18 +7,21 @@ import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from recursa.base import images
 from recursa.documents import limits
-from recursa.documents.build import DocStats, Extractor, materialize, stream
 from recursa.documents.errors import DocumentError
 from recursa.documents.model import Document
 from recursa.documents.source import ARCHIVES, Source, detect
 
+if TYPE_CHECKING:
+    from recursa.documents.build import DocStats, Extractor
+
 # format -> (module in recursa.documents.formats, its extractor). A format's module loads when a
 # file of that format is read (`extractor`): a plain-text context, as most runs have, imports
-# none of them, nor what they import (sqlite3, tarfile: ~3 ms of every run's start-up)
+# none of them, nor what they import (sqlite3, tarfile: ~3 ms of every run's start-up), nor
+# recursa.documents.build
 EXTRACTORS: dict[str, tuple[str, str]] = {
     "pdf": ("pdf", "extract"), "docx": ("office", "extract_docx"),
     "pptx": ("office", "extract_pptx"), "xlsx": ("office", "extract_xlsx"),
@@ -81,6 +84,7 @@ def load_source(src: Source, notes: list[str], *, cap: int = limits.MAX_DOCUMENT
     _check_size(src, cap)
     kind = detect(src)
     if kind in EXTRACTORS:
+        from recursa.documents.build import materialize   # with the format's module (EXTRACTORS)
         extract = extractor(kind)
         doc: Document = _guarded(src, kind, lambda: materialize(src, extract, kind))
         notes.extend(doc.notes)
@@ -148,6 +152,7 @@ def stream_file(path: Path, out: TextIO, name: str | None = None) -> DocStats | 
     if kind not in EXTRACTORS:
         return None
     _check_size(src, limits.MAX_DOCUMENT_BYTES)
+    from recursa.documents.build import stream   # with the format's module (EXTRACTORS)
     extract = extractor(kind)
     stats: DocStats = _guarded(src, kind, lambda: stream(src, extract, kind, out))
     return stats
