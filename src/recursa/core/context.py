@@ -75,7 +75,8 @@ def _load_inner_paths(value: Any) -> Any:
 def _spread(sizes: list[int]) -> str:
     if not sizes:
         return "none"
-    import statistics   # here: a text context, the usual one, needs none of it
+    # here: a text context, the usual one, needs none of it
+    import statistics
     return (f"min {min(sizes):,}, median {int(statistics.median(sizes)):,}, "
             f"max {max(sizes):,} chars")
 

@@ -84,7 +84,8 @@ def load_source(src: Source, notes: list[str], *, cap: int = limits.MAX_DOCUMENT
     _check_size(src, cap)
     kind = detect(src)
     if kind in EXTRACTORS:
-        from recursa.documents.build import materialize   # with the format's module (EXTRACTORS)
+        # loaded with the format's module (EXTRACTORS)
+        from recursa.documents.build import materialize
         extract = extractor(kind)
         doc: Document = _guarded(src, kind, lambda: materialize(src, extract, kind))
         notes.extend(doc.notes)
@@ -108,7 +109,8 @@ def load_source(src: Source, notes: list[str], *, cap: int = limits.MAX_DOCUMENT
 
 
 def _archive(src: Source, kind: str, notes: list[str]) -> dict[str, Any]:
-    from recursa.documents.formats import archive   # tarfile: only for an archive (EXTRACTORS)
+    # tarfile: only for an archive (EXTRACTORS)
+    from recursa.documents.formats import archive
     members = archive.zip_members if kind == "zip" else archive.tar_members
     files: dict[str, Any] = {}
     skipped = 0
@@ -152,7 +154,8 @@ def stream_file(path: Path, out: TextIO, name: str | None = None) -> DocStats | 
     if kind not in EXTRACTORS:
         return None
     _check_size(src, limits.MAX_DOCUMENT_BYTES)
-    from recursa.documents.build import stream   # with the format's module (EXTRACTORS)
+    # loaded with the format's module (EXTRACTORS)
+    from recursa.documents.build import stream
     extract = extractor(kind)
     stats: DocStats = _guarded(src, kind, lambda: stream(src, extract, kind, out))
     return stats

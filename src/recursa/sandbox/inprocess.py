@@ -82,7 +82,8 @@ _routers = _Routers()
 
 
 def _async_raise(ident: int, exc_type: type[BaseException]) -> bool:
-    import ctypes   # here, only for a cell out of time: ~1 ms of every in-process run's start-up
+    # imported here, only for a cell out of time: ~1 ms of every in-process run's start-up
+    import ctypes
     n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc_type))
     if n > 1:  # should never happen; undo to be safe
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
