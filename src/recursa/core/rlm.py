@@ -14,7 +14,6 @@ from recursa.core.budget import Budget, Ledger
 from recursa.core.deadline import Allowance, Deadline, default_reserve
 from recursa.core.loop import RunEnv, run_loop
 from recursa.core.output import OutputSpec
-from recursa.core.tools import Tool, ToolSet
 
 # loading the notebook module also gives Result its Jupyter view (recursa.base.types.html_view),
 # for Results of this process's runs and of runs elsewhere (Ray batch workers) alike
@@ -23,6 +22,7 @@ from recursa.obs.trace import CallbackSink, JsonlSink, Tracer, new_id
 
 if TYPE_CHECKING:
     from recursa.core.session import Session
+    from recursa.core.tools import Tool, ToolSet
     from recursa.models.cache import ResponseCache
 
 _BUDGET_FIELDS = set(Budget.model_fields)
@@ -130,7 +130,10 @@ class RLM:
         self.prices = dict(prices or {})
         self.preflight = preflight
         # tools only sub-models may call; the root is told their names in its system prompt
-        self.sub_tools = ToolSet.of(sub_tools) if sub_tools else None
+        self.sub_tools: ToolSet | None = None
+        if sub_tools:   # recursa.core.tools loads only for a run that has tools
+            from recursa.core.tools import ToolSet
+            self.sub_tools = ToolSet.of(sub_tools)
         self.tool_names: list[str] | None = self.sub_tools.names if self.sub_tools else None
         if last_turn_seconds is not None and last_turn_seconds <= 0:
             raise ValueError("last_turn_seconds must be positive")
