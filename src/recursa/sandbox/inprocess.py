@@ -25,7 +25,6 @@ from typing import Any
 from recursa.base.locks import AST_LOCK
 from recursa.base.types import CallHandler, Cell, ContextPayload, SandboxError
 from recursa.sandbox.protocol import WORKER_PATH
-from recursa.sandbox.session import _error_value
 
 _module: ModuleType | None = None
 _module_lock = threading.Lock()
@@ -153,6 +152,8 @@ class InProcessSandbox:
         try:
             return await self._handler(kind, args)
         except Exception as exc:
+            # the worker session's module (and its transport) only for this error's shape
+            from recursa.sandbox.session import _error_value
             return _error_value(kind, args, exc)
 
     async def run(self, code: str, *, timeout: float, max_output_chars: int) -> Cell:
