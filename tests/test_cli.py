@@ -156,6 +156,28 @@ def test_run_does_not_import_the_other_commands_modules():
     assert p.stdout.split("\n")[:2] == ["[]", "bench"]
 
 
+def test_a_plain_run_imports_only_what_it_uses(tmp_path: Path):
+    """`recursa run` over a text file, without a response cache, tools or combinator calls,
+    loads none of the modules only other runs need (start-up time: docs/performance.md)."""
+    ctx = tmp_path / "doc.txt"
+    ctx.write_text("the magic word is xylophone\n")
+    model = script(tmp_path, ["```repl\nFINAL('ok')\n```"])
+    code = ("import sys\n"
+            "from recursa.cli import main\n"
+            f"sys.argv = ['recursa', 'run', 'q', '-c', {str(ctx)!r}, '--model', {model!r}, "
+            "'--sandbox', 'inprocess', '-q']\n"
+            "code = main()\n"
+            "print(sorted(m for m in sys.modules if m.startswith(("
+            "'recursa.documents.build', 'recursa.documents.describe', "
+            "'recursa.documents.formats', 'recursa.models.cache', 'recursa.models.fetch', "
+            "'recursa.core.tools', 'recursa.core.combinators', 'recursa.sandbox.session', "
+            "'sqlite3', 'tarfile', 'html', 'ctypes', 'statistics'))))\n"
+            "sys.exit(code)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split("\n")[:2] == ["ok", "[]"]
+
+
 def test_version_and_help_import_no_command_and_no_dependency():
     code = ("import sys, contextlib, io\n"
             "from recursa.cli import main\n"

@@ -168,6 +168,13 @@ def context_window(client: ModelClient) -> int | None:
     return client.capabilities.context_window
 
 
+def _empty_list() -> list[Any]:
+    """`default_factory` for list fields. Not `list` itself: pydantic reads a factory's
+    signature, and `inspect` parses the one of a builtin with tokenize, whose pattern takes
+    ~1.5 ms to compile, in every process that imports this module."""
+    return []
+
+
 # ---------------------------------------------------------------- sandbox
 class ContextPayload(BaseModel):
     """The context as the sandbox loads it: one file on the host, read once by the worker.
@@ -194,10 +201,10 @@ class Cell(BaseModel):
     stderr_chars: int = 0
     answer: dict[str, Any] = Field(default_factory=lambda: {"content": "", "ready": False})
     final: str | None = None            # set by FINAL(...) / FINAL_VAR(...) / answer["ready"]=True
-    variables: list[str] = Field(default_factory=list)  # user names alive after the cell
+    variables: list[str] = Field(default_factory=_empty_list)  # user names alive after the cell
     timed_out: bool = False
     restarted: bool = False             # the worker was restarted during/after this cell
-    lost_variables: list[str] = Field(default_factory=list)
+    lost_variables: list[str] = Field(default_factory=_empty_list)
 
 
 # A call from sandboxed code back to the host. kind is one of:
@@ -366,7 +373,7 @@ class Result(BaseModel):
     # the passages the answer rests on, checked against the context (recursa.core.sources);
     # sources_verified: None when the answer gave none, True when every one was found, False
     # when one or more was not (a flag, never passed silently)
-    sources: list[Source] = Field(default_factory=list)
+    sources: list[Source] = Field(default_factory=_empty_list)
     sources_verified: bool | None = None
 
     @model_validator(mode="after")

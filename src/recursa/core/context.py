@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,8 +16,6 @@ from typing import Any
 
 from recursa.base import images
 from recursa.base.types import ContextError, ContextPayload
-from recursa.documents import describe as doc_describe
-from recursa.documents.build import DocStats
 from recursa.documents.errors import DocumentError
 from recursa.documents.load import load_source, stream_file
 from recursa.documents.model import Document, has_documents, to_wire
@@ -78,6 +75,8 @@ def _load_inner_paths(value: Any) -> Any:
 def _spread(sizes: list[int]) -> str:
     if not sizes:
         return "none"
+    # here: a text context, the usual one, needs none of it
+    import statistics
     return (f"min {min(sizes):,}, median {int(statistics.median(sizes)):,}, "
             f"max {max(sizes):,} chars")
 
@@ -101,10 +100,14 @@ def _tree_summary(files: dict[str, str], limit: int = 40) -> str:
 
 def describe(value: Any, *, source: str | None = None, notes: list[str] | None = None) -> str:
     """What the root model sees of the context. Never the whole context."""
+    # recursa.documents.describe (and .build) load only for a document or a collection: a
+    # text context, the usual one, needs neither (~2 ms of a run's start-up)
     lines: list[str] = []
     if source:
         lines.append(f"source: {source}")
     if isinstance(value, Document):
+        from recursa.documents import describe as doc_describe
+        from recursa.documents.build import DocStats
         lines += doc_describe.describe_document(DocStats.of(value))
     elif isinstance(value, str):
         lines.append(f"type: str, {len(value):,} characters (~{estimate_tokens(len(value)):,} "
@@ -137,6 +140,7 @@ def describe(value: Any, *, source: str | None = None, notes: list[str] | None =
         shown = ", ".join(repr(k) for k in keys[:15])
         lines.append(f"first keys: {shown}" + (" ..." if len(keys) > 15 else ""))
     if isinstance(value, list | dict):
+        from recursa.documents import describe as doc_describe
         lines += doc_describe.describe_collection(value)
     if isinstance(value, images.Image):
         lines.append(f"type: Image, one {value.format} image, {value.width}x{value.height} "
@@ -248,6 +252,7 @@ def _prepare_streamed(path: Path, workdir: Path) -> Prepared | None:
             h.update(block)
     payload = ContextPayload(path=str(out), kind="json", sha256=h.hexdigest(),
                              size_bytes=out.stat().st_size)
+    from recursa.documents import describe as doc_describe
     lines = [f"source: file {path.name}", *doc_describe.describe_document(stats)]
     lines += [f"note: {n}" for n in stats.notes[:10]]
     return Prepared(payload=payload, description="\n".join(lines), chars=stats.chars,

@@ -25,13 +25,12 @@ from recursa.base.types import (
     RecursaError,
     StreamingModelClient,
 )
-from recursa.core import combinators
 from recursa.core.budget import Ledger
 from recursa.core.context import estimate_tokens
-from recursa.core.tools import ToolSet, run_tool_loop
 from recursa.obs.trace import Tracer
 
 if TYPE_CHECKING:
+    from recursa.core.tools import ToolSet
     from recursa.models.streaming import OnDelta
 
 DEFAULT_OUTPUT_RESERVE = 2048   # tokens reserved for a call that sets no max_tokens
@@ -192,6 +191,7 @@ class Dispatcher:
             options = {**self.sub_options, **_safe_opts(opts), **(host_options or {})}
             extra: dict[str, Any] = {}
             if self.tools is not None and self.tools.tools:
+                from recursa.core.tools import run_tool_loop
                 # tool output stays inside the loop: the REPL gets only the final answer
                 loop = await run_tool_loop(self, client, messages, self.tools, node=node,
                                            parent=ev, role=node.role, options=options)
@@ -264,6 +264,9 @@ class Dispatcher:
                 ctxs = contexts or [None] * len(prompts)
                 return list(await asyncio.gather(
                     *(self.rlm(p, c, opts, node) for p, c in zip(prompts, ctxs, strict=True))))
+            # the combinators (and core.tools, above) load with the first call that uses them:
+            # most runs call neither (~3 ms of a run's start-up)
+            from recursa.core import combinators
             if kind in combinators.KINDS:
                 return await combinators.handle(self, kind, args, node)
             return f"Error: unknown call {kind!r}"

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recursa.base.tempdirs import owned_tempdir
 from recursa.base.types import (
@@ -68,9 +68,11 @@ from recursa.core.recorder import RunRecorder, TurnSpan, result_from, tree_total
 from recursa.core.search_host import available as search_available
 from recursa.core.search_host import with_search
 from recursa.core.state import Nudge, RunState
-from recursa.core.tools import ToolSet
 from recursa.obs.streaming import turn_deltas
 from recursa.obs.trace import Tracer
+
+if TYPE_CHECKING:
+    from recursa.core.tools import ToolSet
 
 KEEP = "KEEP"
 

@@ -14,7 +14,6 @@ from recursa.core.budget import Budget, Ledger
 from recursa.core.deadline import Allowance, Deadline, default_reserve
 from recursa.core.loop import RunEnv, run_loop
 from recursa.core.output import OutputSpec
-from recursa.core.tools import Tool, ToolSet
 
 # loading the notebook module also gives Result its Jupyter view (recursa.base.types.html_view),
 # for Results of this process's runs and of runs elsewhere (Ray batch workers) alike
@@ -23,6 +22,7 @@ from recursa.obs.trace import CallbackSink, JsonlSink, Tracer, new_id
 
 if TYPE_CHECKING:
     from recursa.core.session import Session
+    from recursa.core.tools import Tool, ToolSet
     from recursa.models.cache import ResponseCache
 
 _BUDGET_FIELDS = set(Budget.model_fields)
@@ -130,14 +130,21 @@ class RLM:
         self.prices = dict(prices or {})
         self.preflight = preflight
         # tools only sub-models may call; the root is told their names in its system prompt
-        self.sub_tools = ToolSet.of(sub_tools) if sub_tools else None
+        self.sub_tools: ToolSet | None = None
+        if sub_tools:   # recursa.core.tools loads only for a run that has tools
+            from recursa.core.tools import ToolSet
+            self.sub_tools = ToolSet.of(sub_tools)
         self.tool_names: list[str] | None = self.sub_tools.names if self.sub_tools else None
         if last_turn_seconds is not None and last_turn_seconds <= 0:
             raise ValueError("last_turn_seconds must be positive")
         self.last_turn_seconds = last_turn_seconds
-        # response cache (recursa.models.cache): opened now, so a bad path fails here
-        from recursa.models.cache import open_cache
-        self.cache, self.cache_nondeterministic = open_cache(cache), cache_nondeterministic
+        # response cache (recursa.models.cache): opened now, so a bad path fails here; that
+        # module (and sqlite3, ~2 ms of start-up) loads only when a cache is asked for
+        self.cache: ResponseCache | None = None
+        if cache is not None and cache is not False:
+            from recursa.models.cache import open_cache
+            self.cache = open_cache(cache)
+        self.cache_nondeterministic = cache_nondeterministic
         self.strategy = "code"
         if strategy != "code":      # the planner's plan models cost ~4 ms to build
             from recursa.core.planner import check_strategy
@@ -275,15 +282,20 @@ class RLM:
     # ------------------------------------------------------------ helpers
     def _client(self, spec: str | ModelClient, base_url: str | None, api_key: str | None,
                 owned: list[ModelClient]) -> ModelClient:
-        from recursa.models.cache import cached
         if not isinstance(spec, str):    # a client object: it declares what it can do
             from recursa.models.declared import declared
-            return cached(declared(spec), self.cache,
-                          nondeterministic=self.cache_nondeterministic)
+            return self._cached(declared(spec))
         from recursa.models import make_run_client
         opts = {**self.client_options, **({"prices": self.prices} if self.prices else {})}
         client = make_run_client(spec, opts, base_url=base_url, api_key=api_key)
         owned.append(client)
+        return self._cached(client)
+
+    def _cached(self, client: ModelClient) -> ModelClient:
+        """`client` behind the response cache, if this RLM has one."""
+        if self.cache is None:
+            return client
+        from recursa.models.cache import cached
         return cached(client, self.cache, nondeterministic=self.cache_nondeterministic)
 
     def _provider(self, spec: Any) -> str | None:

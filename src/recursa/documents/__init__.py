@@ -11,11 +11,24 @@ read honouring .gitignore. The format libraries are the optional `docs` extra
 `Location` / `locate()` say where a span of text lies (file, page, line, character offsets).
 """
 
-from recursa.documents.build import DocStats
+from typing import TYPE_CHECKING, Any
+
 from recursa.documents.errors import DocumentError, MissingExtra
 from recursa.documents.load import load
 from recursa.documents.model import Document, Location, Part, locate
 from recursa.documents.tree import load_tree
 
+if TYPE_CHECKING:
+    from recursa.documents.build import DocStats
+
 __all__ = ["DocStats", "Document", "DocumentError", "Location", "MissingExtra", "Part", "load",
            "load_tree", "locate"]
+
+
+def __getattr__(name: str) -> Any:
+    # DocStats loads on first use (PEP 562): reading a plain-text file, as a run of
+    # `recursa run -c notes.txt` does, needs nothing of recursa.documents.build
+    if name != "DocStats":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from recursa.documents.build import DocStats
+    return DocStats

@@ -3,28 +3,44 @@ a dict of an archive's files, an Image, or plain text."""
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from recursa.base import images
 from recursa.documents import limits
-from recursa.documents.build import DocStats, Extractor, materialize, stream
 from recursa.documents.errors import DocumentError
-from recursa.documents.formats import archive, markup, office, pdf, sqlite, tables
 from recursa.documents.model import Document
 from recursa.documents.source import ARCHIVES, Source, detect
 
-EXTRACTORS: dict[str, Extractor] = {
-    "pdf": pdf.extract, "docx": office.extract_docx, "pptx": office.extract_pptx,
-    "xlsx": office.extract_xlsx, "epub": markup.extract_epub, "html": markup.extract_html,
-    "markdown": markup.extract_markdown, "csv": tables.extract_csv, "tsv": tables.extract_csv,
-    "jsonl": tables.extract_jsonl, "parquet": tables.extract_parquet, "sqlite": sqlite.extract,
+if TYPE_CHECKING:
+    from recursa.documents.build import DocStats, Extractor
+
+# format -> (module in recursa.documents.formats, its extractor). A format's module loads when a
+# file of that format is read (`extractor`): a plain-text context, as most runs have, imports
+# none of them, nor what they import (sqlite3, tarfile: ~3 ms of every run's start-up), nor
+# recursa.documents.build
+EXTRACTORS: dict[str, tuple[str, str]] = {
+    "pdf": ("pdf", "extract"), "docx": ("office", "extract_docx"),
+    "pptx": ("office", "extract_pptx"), "xlsx": ("office", "extract_xlsx"),
+    "epub": ("markup", "extract_epub"), "html": ("markup", "extract_html"),
+    "markdown": ("markup", "extract_markdown"), "csv": ("tables", "extract_csv"),
+    "tsv": ("tables", "extract_csv"), "jsonl": ("tables", "extract_jsonl"),
+    "parquet": ("tables", "extract_parquet"), "sqlite": ("sqlite", "extract"),
 }
 LABELS = {"pdf": "PDF", "docx": "Word", "pptx": "PowerPoint", "xlsx": "Excel", "epub": "EPUB",
           "html": "HTML", "markdown": "Markdown", "csv": "CSV", "tsv": "TSV",
           "jsonl": "JSON Lines", "parquet": "Parquet", "sqlite": "SQLite"}
+
+
+def extractor(kind: str) -> Extractor:
+    """The extractor of a format in EXTRACTORS, its module imported now."""
+    module, name = EXTRACTORS[kind]
+    extract: Extractor = getattr(importlib.import_module(f"recursa.documents.formats.{module}"),
+                                 name)
+    return extract
 
 
 def _guarded(src: Source, kind: str, run: Callable[[], Any]) -> Any:
@@ -68,7 +84,9 @@ def load_source(src: Source, notes: list[str], *, cap: int = limits.MAX_DOCUMENT
     _check_size(src, cap)
     kind = detect(src)
     if kind in EXTRACTORS:
-        extract = EXTRACTORS[kind]
+        # loaded with the format's module (EXTRACTORS)
+        from recursa.documents.build import materialize
+        extract = extractor(kind)
         doc: Document = _guarded(src, kind, lambda: materialize(src, extract, kind))
         notes.extend(doc.notes)
         return doc
@@ -91,6 +109,8 @@ def load_source(src: Source, notes: list[str], *, cap: int = limits.MAX_DOCUMENT
 
 
 def _archive(src: Source, kind: str, notes: list[str]) -> dict[str, Any]:
+    # tarfile: only for an archive (EXTRACTORS)
+    from recursa.documents.formats import archive
     members = archive.zip_members if kind == "zip" else archive.tar_members
     files: dict[str, Any] = {}
     skipped = 0
@@ -134,6 +154,8 @@ def stream_file(path: Path, out: TextIO, name: str | None = None) -> DocStats | 
     if kind not in EXTRACTORS:
         return None
     _check_size(src, limits.MAX_DOCUMENT_BYTES)
-    extract = EXTRACTORS[kind]
+    # loaded with the format's module (EXTRACTORS)
+    from recursa.documents.build import stream
+    extract = extractor(kind)
     stats: DocStats = _guarded(src, kind, lambda: stream(src, extract, kind, out))
     return stats

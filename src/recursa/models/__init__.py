@@ -21,16 +21,23 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recursa.base.types import ModelClient
 
-from .fetch import REGISTRY, FetchError, fetch_model, is_fetched, local_models, model_path
 from .pricing import Price, cost_usd, price_for, register_price
 from .providers import BUILTIN
 from .registry import Provider, prefixes, provider, register_provider
 from .replay import ReplayClient, ReplayExhausted
 from .retry import EmptyResponseError, RetryPolicy, RetryStats
+
+if TYPE_CHECKING:
+    from .fetch import REGISTRY, FetchError, fetch_model, is_fetched, local_models, model_path
+
+# the local-model catalogue and its downloader (fetch.py) load on first use of these names
+# (PEP 562): a run with a remote model never needs them (~2 ms of `recursa run`'s start-up)
+_FETCH_NAMES = frozenset({"REGISTRY", "FetchError", "fetch_model", "is_fetched",
+                          "local_models", "model_path"})
 
 __all__ = [
     "PREFIXES", "REGISTRY", "EmptyResponseError", "FetchError", "Price", "Provider",
@@ -39,6 +46,14 @@ __all__ = [
     "make_run_client", "model_path", "prefixes", "price_for", "provider", "provider_for_spec",
     "register_price", "register_provider",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _FETCH_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import fetch
+    return getattr(fetch, name)
+
 
 # recursa's own prefixes (providers.py lists them; other packages add more: registry.py)
 PREFIXES = tuple(p.prefix for p in BUILTIN if p.prefix != "replay-file")
@@ -67,6 +82,7 @@ def _bad_spec(spec: str, why: str) -> ValueError:
             hint = f" Did you mean '{p.prefix}:{spec}'?"
             break
     else:
+        from .fetch import REGISTRY
         if low in REGISTRY or low.endswith(".gguf"):
             hint = f" Did you mean 'local:{spec}'?"
     shown = [p for p in prefixes() if p != "replay-file"]

@@ -15,7 +15,6 @@ kernel is already running.
 
 from __future__ import annotations
 
-import html
 import sys
 import threading
 import time
@@ -70,6 +69,13 @@ def auto_sinks() -> list[NotebookProgress]:
 
 
 # ------------------------------------------------------------------ html pieces
+def _escape(text: str, quote: bool = True) -> str:
+    # html loads here, not with this module: every run loads this module and only a notebook
+    # draws (html.entities is ~2 ms of a run's start-up)
+    import html
+    return html.escape(text, quote)
+
+
 def _fmt_tokens(n: int) -> str:
     return f"{n:,}"
 
@@ -81,11 +87,11 @@ def _fmt_cost(c: float | None) -> str:
 def _badge(status: str) -> str:
     colour = _STATUS_COLOUR.get(status, "#57606a")
     return (f'<span style="background:{colour};color:#fff;border-radius:10px;'
-            f'padding:1px 8px;font-size:12px">{html.escape(status)}</span>')
+            f'padding:1px 8px;font-size:12px">{_escape(status)}</span>')
 
 
 def _facts(pairs: list[tuple[str, str]]) -> str:
-    return " · ".join(f"{html.escape(k)} <b>{html.escape(v)}</b>" for k, v in pairs)
+    return " · ".join(f"{_escape(k)} <b>{_escape(v)}</b>" for k, v in pairs)
 
 
 def viewer_iframe(events: list[Event] | list[dict[str, Any]], *, title: str = "recursa run",
@@ -95,7 +101,7 @@ def viewer_iframe(events: list[Event] | list[dict[str, Any]], *, title: str = "r
     page = render_html(events, title=title)
     return (f'<iframe class="recursa-viewer" sandbox="allow-scripts" '
             f'style="width:100%;height:{int(height)}px;border:1px solid #d0d7de;'
-            f'border-radius:6px;resize:vertical" srcdoc="{html.escape(page, quote=True)}">'
+            f'border-radius:6px;resize:vertical" srcdoc="{_escape(page, quote=True)}">'
             f"</iframe>")
 
 
@@ -119,13 +125,13 @@ def result_html(res: Result) -> str:
         facts.append(("cached", str(res.cache_hits)))
     extra = ""
     if res.error:
-        extra += f'<div style="color:#cf222e">error: {html.escape(res.error)}</div>'
+        extra += f'<div style="color:#cf222e">error: {_escape(res.error)}</div>'
     if res.output_error:
-        extra += f'<div style="color:#9a6700">output: {html.escape(res.output_error)}</div>'
+        extra += f'<div style="color:#9a6700">output: {_escape(res.output_error)}</div>'
     if res.trace_path:
-        extra += f'<div style="color:#57606a">trace: <code>{html.escape(res.trace_path)}</code></div>'
+        extra += f'<div style="color:#57606a">trace: <code>{_escape(res.trace_path)}</code></div>'
     events = _events_of(res.run_id, res.trace_path)
-    answer = html.escape(res.answer) if res.answer else "<i>(no answer)</i>"
+    answer = _escape(res.answer) if res.answer else "<i>(no answer)</i>"
     return (f'<div class="recursa-result" style="{_CSS}">'
             f"<div>{_badge(res.status)} <span style=\"color:#57606a\">"
             f"{_facts(facts)}</span></div>"
@@ -142,11 +148,11 @@ def run_html(run: Run) -> str:
     if run.start is not None and run.end is not None:
         facts.append(("time", f"{run.end - run.start:.1f} s"))
     status = run.status or ("running" if not run.finished else "unknown")
-    query = html.escape((run.query or "").strip()[:300])
-    answer = html.escape(run.answer) if run.answer else "<i>(no answer)</i>"
+    query = _escape((run.query or "").strip()[:300])
+    answer = _escape(run.answer) if run.answer else "<i>(no answer)</i>"
     events = _events_of(run.run_id, run.path)
     return (f'<div class="recursa-run" style="{_CSS}">'
-            f"<div>{_badge(status)} <code>{html.escape(run.model or '')}</code> "
+            f"<div>{_badge(status)} <code>{_escape(run.model or '')}</code> "
             f"<span style=\"color:#57606a\">{_facts(facts)}</span></div>"
             f"<div><b>query</b> {query}</div>"
             f'<pre style="white-space:pre-wrap;margin:6px 0">{answer}</pre>'
@@ -239,7 +245,7 @@ class NotebookProgress:
                  ("cost", _fmt_cost(st["cost"])), ("time", f"{ev.t - st['t0']:.1f} s")]
         if st["children"]:
             facts.insert(2, ("child RLMs", str(st["children"])))
-        query = html.escape(st["query"].strip().splitlines()[0][:120]) if st["query"] else ""
+        query = _escape(st["query"].strip().splitlines()[0][:120]) if st["query"] else ""
         return (f'<div class="recursa-progress" style="{_CSS}">{_badge(st["status"])} '
                 f'<span style="color:#57606a">{_facts(facts)}</span>'
                 f"{f' — <i>{query}</i>' if query else ''}</div>")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import importlib.util
 import sys
 import threading
@@ -26,7 +25,6 @@ from typing import Any
 from recursa.base.locks import AST_LOCK
 from recursa.base.types import CallHandler, Cell, ContextPayload, SandboxError
 from recursa.sandbox.protocol import WORKER_PATH
-from recursa.sandbox.session import _error_value
 
 _module: ModuleType | None = None
 _module_lock = threading.Lock()
@@ -83,6 +81,8 @@ _routers = _Routers()
 
 
 def _async_raise(ident: int, exc_type: type[BaseException]) -> bool:
+    # imported here, only for a cell out of time: ~1 ms of every in-process run's start-up
+    import ctypes
     n = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(exc_type))
     if n > 1:  # should never happen; undo to be safe
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
@@ -152,6 +152,8 @@ class InProcessSandbox:
         try:
             return await self._handler(kind, args)
         except Exception as exc:
+            # the worker session's module (and its transport) only for this error's shape
+            from recursa.sandbox.session import _error_value
             return _error_value(kind, args, exc)
 
     async def run(self, code: str, *, timeout: float, max_output_chars: int) -> Cell:
