@@ -87,3 +87,27 @@ def test_the_local_model_as_sub_model_answers_llm_query():
     res = rlm.completion("q", context="x")
     assert res.status == "final" and "5" in res.answer, res.answer
     assert res.subcalls == 1 and res.cost_usd == 0.0
+
+
+def test_make_demos_task_judges_every_review_in_a_bounded_plan(tmp_path: Path):
+    """`make demo`'s task (recursa.demo_reviews), one held-out seed, planned mode, the 2,048-token
+    window of the demo: the plan is chosen and bounded before any sub-call, every review gets one
+    sub-call and no more, and the answer names exactly one shop (whether it is the right one is
+    the demo's 4-of-5 figure, not a one-seed assertion)."""
+    from recursa.bench.tasks.strict import mentioned
+    from recursa.demo_reviews import make_case as reviews_case
+    case = reviews_case(1005)
+    trace = tmp_path / "t.jsonl"
+    rlm = RLM(model=MODEL, max_iterations=6, max_output_chars=2000, max_seconds=420,
+              model_options={"temperature": 0.0, "max_tokens": 400},
+              client_options={"n_ctx": 2048}, strategy="plan", trace_path=trace)
+    res = rlm.completion(case.query, context=case.context)
+    assert res.status == "final", (res.status, res.error)
+    events = load_events(trace)
+    kinds = [(e.kind, e.phase) for e in events]
+    point = next(e for e in events if e.kind == "plan" and e.phase == "point")
+    assert point.data["plan_kind"] == "label_count"
+    assert kinds.index(("plan", "point")) < kinds.index(("subcall", "start"))
+    assert point.data["bound"]["calls"] == case.records + 1      # the header line is a record too
+    assert res.subcalls == point.data["bound"]["calls"]
+    assert len(mentioned(res.answer, list(case.shops))) == 1, res.answer
