@@ -23,6 +23,8 @@ import argparse
 import sys
 import time
 
+from _spend import print_spend
+
 from recursa import RLM
 from recursa.demo_reviews import TEST_SEEDS_FROM, Case, make_case
 from recursa.obs.console import ConsoleView
@@ -44,7 +46,6 @@ def run_one(case: Case, a: argparse.Namespace) -> bool:
     t0 = time.monotonic()
     res = rlm.completion(case.query, context=case.context)
     view.close()
-    tokens = sum(u.usage.total_tokens for u in res.usage.values())
     right = case.check(res.answer)
     gold = ", ".join(f"{s} {n}" for s, n in sorted(case.complaints.items(), key=lambda x: -x[1]))
     print(f"answer:    {res.answer.strip()[:600]}")
@@ -58,12 +59,7 @@ def run_one(case: Case, a: argparse.Namespace) -> bool:
     print(f"regex:     {regex or '(a tie: every shop is named equally often)'} -> "
           f"{'right' if regex and case.check(regex) else 'wrong'} (no model: the shop named "
           "most often)")
-    print(f"turns:     {res.turns}")
-    print(f"sub-calls: {res.subcalls} (depth 1)")
-    print(f"tokens:    {tokens:,} ("
-          + ", ".join(f"{role} {u.usage.total_tokens:,}" for role, u in res.usage.items()) + ")")
-    print(f"time:      {time.monotonic() - t0:.1f} s")
-    print(f"trace:     {res.trace_path}  (view it: .venv/bin/recursa view {res.trace_path})")
+    print_spend(res, t0)
     return right
 
 

@@ -15,6 +15,8 @@ import argparse
 import sys
 import time
 
+from _spend import print_spend
+
 from recursa import RLM
 from recursa.demo import make_case
 from recursa.obs.console import ConsoleView
@@ -37,7 +39,6 @@ def main() -> int:
     t0 = time.monotonic()
     res = rlm.completion(case.query, context=case.context)
     view.close()
-    tokens = sum(u.usage.total_tokens for u in res.usage.values())
     right = case.check(res.answer)
     print(f"answer:    {res.answer.strip()[:600]}")
     print(f"status:    {res.status} (ready={res.ready})")
@@ -49,12 +50,7 @@ def main() -> int:
           "(no model: the line with the query's rarest words; this question repeats its report's "
           "title, so a search for its words finds the report: examples/demo_paraphrase.py asks "
           "one worded unlike its report)")
-    print(f"turns:     {res.turns}")
-    print(f"sub-calls: {res.subcalls} (depth 1)")
-    print(f"tokens:    {tokens:,} ("
-          + ", ".join(f"{role} {u.usage.total_tokens:,}" for role, u in res.usage.items()) + ")")
-    print(f"time:      {time.monotonic() - t0:.1f} s")
-    print(f"trace:     {res.trace_path}  (view it: .venv/bin/recursa view {res.trace_path})")
+    print_spend(res, t0)
     return 0 if res.status != "error" else 1
 
 
