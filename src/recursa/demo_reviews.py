@@ -21,7 +21,8 @@ import random
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from recursa.bench.tasks._reviews import HEADER, make_reviews
+from recursa.bench.tasks._reviews import make_reviews
+from recursa.bench.tasks.judge_agg import complaints_by
 from recursa.bench.tasks.strict import strict_choice
 
 TEST_SEEDS_FROM = 1000
@@ -73,14 +74,11 @@ def make_case(seed: int = TEST_SEEDS_FROM, tokens: int = 4608) -> Case:
         n = len(rs.lines) - len(rs.lines) % N_SHOPS
         rs = replace(rs, lines=rs.lines[:n], shops=rs.shops[:n], products=rs.products[:n],
                      customers=rs.customers[:n], labels=rs.labels[:n])
-        counts = Counter({s: 0 for s in rs.shop_names})
-        counts.update(s for s, lab in zip(rs.shops, rs.labels, strict=True)
-                      if lab == "complaint")
+        counts = complaints_by(rs, "shop")
         (top, n1), (_, n2) = counts.most_common(2)
         if n1 - n2 >= MARGIN:
             break
     else:
         raise RuntimeError(f"seed {seed}: no instance with a clear answer in 50 draws")
-    assert rs.header == HEADER
     return Case(context=rs.text(), query=QUERY[split], shop=top, shops=tuple(rs.shop_names),
                 complaints=dict(counts), records=len(rs.lines), split=split)

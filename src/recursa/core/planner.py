@@ -393,13 +393,13 @@ def _plan_by_group(name, labels):
     if not group_counts:
         print(f"no record has a field {name!r}: no counts by group")
         return
-    first = labels[-1]
-    ranked = sorted(group_counts, key=lambda g: -group_counts[g][first])
+    counted = labels[-1]          # LabelCount.labels: the opposite first, the counted last
+    ranked = sorted(group_counts, key=lambda g: -group_counts[g][counted])
     print(f"by {name} ({' / '.join(labels)}):")
     for g in ranked:
         print(f"  {g}: " + ", ".join(f"{group_counts[g][x]} {x}" for x in labels))
-    print(f"most {first}: {ranked[0]} ({group_counts[ranked[0]][first]}) | fewest {first}: "
-          f"{ranked[-1]} ({group_counts[ranked[-1]][first]})")
+    print(f"most {counted}: {ranked[0]} ({group_counts[ranked[0]][counted]}) | fewest "
+          f"{counted}: {ranked[-1]} ({group_counts[ranked[-1]][counted]})")
     if missing:
         print(f"({missing} records have no field {name!r})")
 
@@ -545,19 +545,19 @@ async def run_plan(run: Run, description: str) -> bool:
                     bound=bound, error=cell.error)
     turn.end(comp, blocks=2)
     if cell.error:
-        _note(run, f"it failed: {cell.error[-300:]}")
-        return False
+        return _note(run, f"it failed: {cell.error[-300:]}")
     output = (cell.stdout or "").strip() or "(nothing)"
+    shown = output[:env.max_output_chars]
     names = ", ".join(n for n in cell.variables if not n.startswith("_")
                       and n in ("plan_answers", "first_answer", "records", "record_labels",
                                 "label_counts", "record_groups", "group_counts", "record_ids",
                                 "kept_ids", "plan_pairs"))
     _preface(run, RESULTS.format(plan=describe(plan), calls=bound["calls"],
-                                 tokens=bound["tokens"], output=output[:env.max_output_chars],
-                                 names=names), replace_start=True)
+                                 tokens=bound["tokens"], output=shown, names=names),
+             replace_start=True)
     from recursa.core.guards import plain_digits
     st.seen.append(plain_digits(output))
-    return await _answer(run, output[:env.max_output_chars])
+    return await _answer(run, shown)
 
 
 async def _answer(run: Run, output: str) -> bool:
