@@ -27,14 +27,22 @@ def is_answer_call(messages) -> bool:
     return messages[0]["content"] == pl.ANSWER_SYSTEM
 
 
-def scripted(plan: dict | str, *code_turns: str, answer: str = "none"):
-    """A root that answers the planning call with `plan`, the call that answers from the plan's
-    results with `answer` ("none": go on in code), then writes `code_turns`."""
+def is_count_call(messages) -> bool:
+    return messages[0]["content"].startswith("A program has labelled every record")
+
+
+def scripted(plan: dict | str, *code_turns: str, answer: str = "none",
+             count: str = '{"op": "other"}'):
+    """A root that answers the planning call with `plan`, the count choice after a labelling
+    plan with `count` and the call that answers from the plan's results with `answer`
+    ("none": go on), then writes `code_turns`."""
     state = {"i": 0}
 
     def respond(messages):
         if is_planner(messages):
             return plan if isinstance(plan, str) else json.dumps(plan)
+        if is_count_call(messages):
+            return count
         if is_answer_call(messages):
             return answer
         reply = code_turns[min(state["i"], len(code_turns) - 1)]
@@ -57,7 +65,7 @@ def run(root, sub=sentiment, context=REVIEWS, trace: Path | None = None,
 
 def first_code_message(root: ReplayClient) -> str:
     return next(c for c in root.calls if not is_planner(c) and not is_answer_call(c)
-                )[1]["content"]
+                and not is_count_call(c))[1]["content"]
 
 
 def test_label_count_plan_runs_with_a_bound_shown_first_and_the_root_answers(tmp_path):
@@ -66,7 +74,8 @@ def test_label_count_plan_runs_with_a_bound_shown_first_and_the_root_answers(tmp
     trace = tmp_path / "t.jsonl"
     res, sub = run(root, trace=trace)
     assert res.status == "final" and res.answer == "10"
-    assert len(sub.calls) == 30 and res.turns == 3    # plan, answer call ("none"), code
+    # plan, count choice ("other"), answer call ("none"), code
+    assert len(sub.calls) == 30 and res.turns == 4
     # the planning call was constrained by the plans' schema, inlined (no $ref)
     opts = root.options[0]
     assert "$ref" not in json.dumps(opts["json_schema"]) and opts["temperature"] == 0.0
@@ -86,9 +95,9 @@ def test_the_root_answers_from_the_plans_results_in_one_plain_call(tmp_path):
                     "FINAL('never reached')", answer="10")
     trace = tmp_path / "t.jsonl"
     res, sub = run(root, trace=trace)
-    assert (res.status, res.answer, res.turns) == ("final", "10", 2)
+    assert (res.status, res.answer, res.turns) == ("final", "10", 3)
     asked = [c for c in root.calls if is_answer_call(c)]
-    assert len(asked) == 1 and len(root.calls) == 2          # no code turn
+    assert len(asked) == 1 and len(root.calls) == 3          # no code turn
     assert "How many reviews are negative?" in asked[0][1]["content"]
     assert "negative: 10" in asked[0][1]["content"]
     end = [e for e in load_events(trace) if e.kind == "turn" and e.phase == "end"][-1]
@@ -100,8 +109,75 @@ def test_an_answer_call_that_gives_none_or_code_goes_on_in_the_code_loop(answer)
     root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive"},
                     "FINAL(str(label_counts['negative']))", answer=answer)
     res, _ = run(root)
-    assert (res.status, res.answer, res.turns) == ("final", "10", 3)
+    assert (res.status, res.answer, res.turns) == ("final", "10", 4)
     assert "negative: 10" in first_code_message(root)
+
+
+SHOPS = "\n".join(f"Shop: {'North' if i % 2 else 'South'} | " +
+                    ("awful, broken" if i % 3 == 0 or (i % 2 and i < 12) else "I love it")
+                    for i in range(1, 25))
+
+
+@pytest.mark.parametrize("op, query, answer", [
+    ("how_many", "How many negative reviews are there?", "12"),
+    ("how_many", "How many negative reviews did North get?", "8"),
+    ("how_many_more", "How many more negative reviews did North get than South?", "4"),
+    ("how_many_more", "By how many negative reviews does South trail North?", "-4"),
+    ("which_most", "Which shop got the most negative reviews?", "North"),
+    ("which_fewest", "Which shop got the fewest negative reviews?", "South"),
+])
+def test_after_a_labelling_plan_the_root_chooses_a_count_and_the_repl_computes_it(
+        tmp_path, op, query, answer):
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive",
+                     "group_by": "Shop"}, "FINAL('never reached')", answer="999",
+                    count=json.dumps({"op": op}))
+    trace = tmp_path / "t.jsonl"
+    res, _ = run(root, context=SHOPS, trace=trace, query=query)
+    # North (odd i): 1, 3, 5, 7, 9, 11, 15, 21 negative = 8; South: 6, 12, 18, 24 = 4
+    assert (res.status, res.answer, res.turns) == ("final", answer, 2)
+    asked = [c for c in root.calls if is_count_call(c)][0]
+    assert "as positive or negative" in asked[0]["content"] and query in asked[1]["content"]
+    assert "per Shop" in asked[0]["content"]
+    assert not [c for c in root.calls if is_answer_call(c)]     # the plain call never ran
+    end = [e for e in load_events(trace) if e.kind == "turn" and e.phase == "end"][-1]
+    assert end.data["count_op"] == op and end.data["plan_answer"] == answer
+
+
+@pytest.mark.parametrize("count, query", [
+    ('{"op": "other"}', "How many negative reviews did North get?"),
+    ("not json", "How many negative reviews did North get?"),
+    # a count the results cannot give: two groups named for one count, none for a difference
+    ('{"op": "how_many"}', "How many negative reviews did North and South get?"),
+    ('{"op": "how_many_more"}', "How many more negative reviews than positive ones?"),
+])
+def test_a_count_the_results_cannot_give_leaves_the_answer_to_the_plain_call(count, query):
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive",
+                     "group_by": "Shop"}, "FINAL('never reached')", answer="8", count=count)
+    res, _ = run(root, context=SHOPS, query=query)
+    assert (res.status, res.answer, res.turns) == ("final", "8", 3)
+
+
+def test_a_tie_for_most_is_not_an_answer_and_groups_match_whole_words():
+    ns = {"re": __import__("re"), "label_counts": {"neg": 5},
+          "group_counts": {"Oak": {"neg": 2}, "Oakley": {"neg": 2}, "Elm": {"neg": 1}}}
+    out = {}
+    for op, q in [("which_most", "Which shop got most?"), ("how_many", "How many at Oakley?"),
+                  ("how_many_more", "How many more at Elm than at Oak?")]:
+        code = pl.count_code(op, q, "neg").replace("print(repr(plan_answer))", "")
+        exec(code, ns)
+        out[op] = ns["plan_answer"]
+    assert out == {"which_most": None, "how_many": 2, "how_many_more": -1}
+
+
+def test_parse_count_choice_and_scalar_answer():
+    assert pl.parse_count_choice('{"op": "which_most"}') == "which_most"
+    assert pl.parse_count_choice("how_many_more") == "how_many_more"
+    assert pl.parse_count_choice('{"op": "other"}') is None
+    assert pl.parse_count_choice('{"op": "sum"}') is None and pl.parse_count_choice("") is None
+    assert pl.scalar_answer(14) == "14" and pl.scalar_answer(6.0) == "6"
+    assert pl.scalar_answer(2.5) == "2.5" and pl.scalar_answer(" Oakley ") == "Oakley"
+    assert pl.scalar_answer(True) is None and pl.scalar_answer([1]) is None
+    assert pl.scalar_answer("") is None and pl.scalar_answer(None) is None
 
 
 def _vault_run(monkeypatch=None):
@@ -256,7 +332,8 @@ def test_plain_line_count_without_importing_re():
 def test_the_plan_leaves_its_results_but_not_its_helpers_in_the_repl():
     root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive"}, "SHOW_VARS()", "FINAL('x')")
     run(root)
-    shown = [c for c in root.calls if not is_planner(c) and not is_answer_call(c)][1][-1]["content"]
+    shown = [c for c in root.calls if not is_planner(c) and not is_answer_call(c)
+             and not is_count_call(c)][1][-1]["content"]
     assert "label_counts: Counter" in shown and "records: list" in shown
     assert "_plan" not in shown and "plan_bound" not in shown
 

@@ -17,6 +17,7 @@ the key of a second lookup) and `pairs` (label records, then pair their ids by c
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from typing import Annotated, Any, Literal, Protocol
@@ -212,6 +213,89 @@ The program's results:
 
 Answer:"""
 ANSWER_MAX_TOKENS = 80
+
+# After a labelling plan, the root names which count answers the query (a typed choice, like
+# the plan), and the runtime computes it from the counts in the REPL, taking the groups the
+# query names from the query itself. Reading the printed table, the 1.5B took the total for one
+# shop's count; asked for a Python expression, it summed a group for the total (dev probe
+# benchmarks/probes/answer.py: plain call 0 of 6 differences right, expressions 0 of 8 totals).
+COUNT_OPS = {
+    "how_many": "a number: how many records have the label",
+    "how_many_more": "a number: how many more records with the label the first {group} the "
+                     "query names has than the second",
+    "which_most": "a name: which {group} has the most records with the label",
+    "which_fewest": "a name: which {group} has the fewest records with the label",
+    "other": "none of these",
+}
+COUNT_SYSTEM = """A program has labelled every record of a long context as {labels} and counted \
+the records labelled {label}, over all the records and per {group}. Choose the one count that answers the user's \
+query. Reply with JSON: {{"op": "<choice>"}}, where <choice> is one of:
+{ops}"""
+COUNT_USER = """Query: {query}
+
+JSON:"""
+COUNT_MAX_TOKENS = 20
+
+
+class CountChoice(BaseModel):
+    op: Literal["how_many", "how_many_more", "which_most", "which_fewest", "other"]
+
+
+def count_messages(query: str, labels: list[str], group: str) -> list[Message]:
+    """The count-choice call's messages (`labels`: opposite first, the counted side last)."""
+    group = group or "group"
+    ops = "\n".join(f"- {k}: {v.format(group=group)}" for k, v in COUNT_OPS.items())
+    return [{"role": "system", "content": COUNT_SYSTEM.format(
+                labels=" or ".join(labels), label=labels[-1], group=group, ops=ops)},
+            {"role": "user", "content": COUNT_USER.format(query=query)}]
+
+
+def parse_count_choice(text: str) -> str | None:
+    """The op in the reply (JSON, or a bare op name), None for "other" or no op."""
+    m = re.search(r"\{.*\}", text, re.S)
+    try:
+        op = CountChoice.model_validate_json(m.group()).op if m else text.strip(" .'\"\n")
+    except ValidationError:
+        return None
+    return op if op in COUNT_OPS and op != "other" else None
+
+
+def count_code(op: str, query: str, counted: str) -> str:
+    """REPL code that prints the chosen count's value (`None` when the counts cannot give it:
+    no groups, the query names the wrong number of them, a tie for most / fewest)."""
+    head = (f"_q, _c = {query!r}, {counted!r}\n"
+            "_g = globals().get('group_counts') or {}\n"
+            "_hits = [(re.search(r'(?<!\\w)' + re.escape(g) + r'(?!\\w)', _q, re.I), g) "
+            "for g in _g]\n"
+            "_named = [g for m, g in sorted((m.start(), g) for m, g in _hits if m)]\n"
+            "_ranked = sorted(_g, key=lambda g: -_g[g][_c])\n")
+    value = {
+        # the one group the query names, or all the records when it names none (asked to
+        # choose between the two, the 1.5B chose the total for 5 of 8 one-shop questions)
+        "how_many": "_g[_named[0]][_c] if len(_named) == 1 else None if _named else label_counts[_c]",
+        "how_many_more": "_g[_named[0]][_c] - _g[_named[1]][_c] if len(_named) == 2 else None",
+        "which_most": "_ranked[0] if len(_ranked) > 1 and _g[_ranked[0]][_c] > _g[_ranked[1]][_c] "
+                "else None",
+        "which_fewest": "_ranked[-1] if len(_ranked) > 1 and _g[_ranked[-1]][_c] < "
+                  "_g[_ranked[-2]][_c] else None",
+    }[op]
+    return (f"{head}plan_answer = {value}\nprint(repr(plan_answer))\n"
+            "del _q, _c, _g, _hits, _named, _ranked")
+
+
+def answer_messages(query: str, output: str) -> list[Message]:
+    """The plain answer call's messages: the query and the plan's printed results."""
+    return [{"role": "system", "content": ANSWER_SYSTEM},
+            {"role": "user", "content": ANSWER_USER.format(query=query, output=output)}]
+
+
+def scalar_answer(value: Any) -> str | None:
+    """An expression's value as the run's answer: a number or a non-empty name, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:g}"
+    return str(value).strip() or None
 
 
 # ------------------------------------------------------------------ choosing the mode
@@ -557,7 +641,48 @@ async def run_plan(run: Run, description: str) -> bool:
              replace_start=True)
     from recursa.core.guards import plain_digits
     st.seen.append(plain_digits(output))
+    if isinstance(plan, LabelCount) and await _answer_by_count(run, plan):
+        return True
     return await _answer(run, shown)
+
+
+async def _answer_by_count(run: Run, plan: LabelCount) -> bool:
+    """After a labelling plan: one root call chooses which count answers the query (typed, like
+    the plan), the REPL computes it; a number or name it gives is the run's final answer.
+    "other", a count the results cannot give or an error leaves the answer to the plain call."""
+    env, st = run.env, run.st
+    if env.output is not None or env.sources:
+        return False
+    turn = run.rec.turn(turn=st.turns + 1, plan_answer=True, count_choice=True)
+    options = {**env.root_options, "temperature": 0.0, "max_tokens": COUNT_MAX_TOKENS}
+    from recursa.models.registry import structured_output
+    if structured_output(env.root_client) == "json_schema":
+        options["json_schema"] = CountChoice.model_json_schema()
+    try:
+        comp = await env.dispatcher.call_model(
+            env.root_client, count_messages(run.query, plan.labels, plan.group_by.strip()),
+            role="root", subcall=False, options=options)
+    except (ModelError, BudgetExceeded) as e:
+        turn.fail(str(e))
+        return False
+    st.turns += 1
+    turn.replied(comp)
+    op = parse_count_choice(comp.text)
+    if op is None:
+        turn.end(comp, blocks=0, plan_answer=None)
+        return False
+    cell = await _cell(run, turn, 0, count_code(op, run.query, plan.label))
+    try:
+        value = ast.literal_eval((cell.stdout or "").strip().splitlines()[-1])
+    except (ValueError, SyntaxError, IndexError):
+        value = None
+    answer = None if cell.error else scalar_answer(value)
+    if answer is None:
+        turn.end(comp, blocks=1, plan_answer=None, count_op=op)
+        return False
+    st.final = answer
+    turn.end(comp, blocks=1, plan_answer=answer, count_op=op, ended=True)
+    return True
 
 
 async def _answer(run: Run, output: str) -> bool:
@@ -568,8 +693,7 @@ async def _answer(run: Run, output: str) -> bool:
     if env.output is not None or env.sources:
         return False
     turn = run.rec.turn(turn=st.turns + 1, plan_answer=True)
-    messages = [{"role": "system", "content": ANSWER_SYSTEM},
-                {"role": "user", "content": ANSWER_USER.format(query=run.query, output=output)}]
+    messages = answer_messages(run.query, output)
     options = {**env.root_options, "temperature": 0.0, "max_tokens": ANSWER_MAX_TOKENS}
     try:
         comp = await env.dispatcher.call_model(env.root_client, messages, role="root",
