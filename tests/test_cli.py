@@ -296,3 +296,14 @@ def test_schema_prints_the_validated_json_and_fails_when_never_met(tmp_path: Pat
     schema.write_text("[1, 2]")
     p = run([*base, "--model", script(tmp_path, good)], stdin=b"data")
     assert p.returncode == 2 and "a JSON schema is an object" in p.stderr.decode()
+
+
+def test_python_dash_m_recursa_is_the_command_line():
+    p = subprocess.run([sys.executable, "-m", "recursa", "--version"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    from recursa import __version__
+    assert __version__ in p.stdout
+    bad = subprocess.run([sys.executable, "-m", "recursa", "no-such-command"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "no-such-command" in bad.stderr
