@@ -228,8 +228,8 @@ COUNT_OPS = {
     "other": "none of these",
 }
 COUNT_SYSTEM = """A program has labelled every record of a long context as {labels} and counted \
-the records labelled {label}, over all the records and per {group}. Choose the one count that answers the user's \
-query. Reply with JSON: {{"op": "<choice>"}}, where <choice> is one of:
+the records labelled {label}, over all the records and per {group}. Choose the one count that \
+answers the user's query. Reply with JSON: {{"op": "<choice>"}}, where <choice> is one of:
 {ops}"""
 COUNT_USER = """Query: {query}
 
@@ -272,12 +272,13 @@ def count_code(op: str, query: str, counted: str) -> str:
     value = {
         # the one group the query names, or all the records when it names none (asked to
         # choose between the two, the 1.5B chose the total for 5 of 8 one-shop questions)
-        "how_many": "_g[_named[0]][_c] if len(_named) == 1 else None if _named else label_counts[_c]",
+        "how_many": ("_g[_named[0]][_c] if len(_named) == 1 else None if _named "
+                     "else label_counts[_c]"),
         "how_many_more": "_g[_named[0]][_c] - _g[_named[1]][_c] if len(_named) == 2 else None",
-        "which_most": "_ranked[0] if len(_ranked) > 1 and _g[_ranked[0]][_c] > _g[_ranked[1]][_c] "
-                "else None",
-        "which_fewest": "_ranked[-1] if len(_ranked) > 1 and _g[_ranked[-1]][_c] < "
-                  "_g[_ranked[-2]][_c] else None",
+        "which_most": ("_ranked[0] if len(_ranked) > 1 and _g[_ranked[0]][_c] > "
+                       "_g[_ranked[1]][_c] else None"),
+        "which_fewest": ("_ranked[-1] if len(_ranked) > 1 and _g[_ranked[-1]][_c] < "
+                         "_g[_ranked[-2]][_c] else None"),
     }[op]
     return (f"{head}plan_answer = {value}\nprint(repr(plan_answer))\n"
             "del _q, _c, _g, _hits, _named, _ranked")
@@ -290,7 +291,7 @@ def answer_messages(query: str, output: str) -> list[Message]:
 
 
 def scalar_answer(value: Any) -> str | None:
-    """An expression's value as the run's answer: a number or a non-empty name, else None."""
+    """A computed count's value as the run's answer: a number or a non-empty name, else None."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     if isinstance(value, float):
