@@ -415,3 +415,15 @@ def test_a_misread_labelling_plan_runs_as_a_retrieval_of_the_query():
                    query="Which code does user 7 use? Answer with the number only.")
     assert "retrieve_read" in first_code_message(root)
     assert res.answer == "4827193"
+
+
+def test_a_header_before_records_that_share_their_fields_is_not_a_record():
+    header = "Shop reviews, one per line: the shop, then the words"
+    root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive",
+                     "group_by": "Shop"}, "FINAL('never reached')", answer="12")
+    res, sub = run(root, context=header + "\n" + SHOPS,
+                   query="How many negative reviews are there?")
+    assert (res.status, res.answer) == ("final", "12") and len(sub.calls) == 24
+    shown = [c for c in root.calls if is_answer_call(c)][0][1]["content"]
+    assert "1 leading line(s) not in the records' form, left out: 'Shop reviews" in shown
+    assert "24 records labelled" in shown

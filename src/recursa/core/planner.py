@@ -408,8 +408,24 @@ def _plan_records(c):
     lines = [x for x in c.splitlines() if x.strip()]
     # entries separated by blank lines, when most of them span several lines
     if len(blocks) >= 3 and len(lines) >= 1.5 * len(blocks):
-        return blocks
-    return lines
+        return _plan_body(blocks)
+    return _plan_body(lines)
+
+def _plan_body(items):
+    # a title or header before records that name the same fields is not a record: labelled,
+    # a judge_agg header was one more review in every count
+    global plan_preamble
+    shapes = [tuple(re.findall(r"(?:^|[|;])\\s*([A-Za-z][\\w ]{0,30}?)\\s*[:=]", x))
+              for x in items]
+    common, n = (collections.Counter(shapes).most_common(1) or [((), 0)])[0]
+    k = 0
+    if common and n >= 0.8 * len(items):
+        while k < min(3, len(items)) and shapes[k] != common:
+            k += 1
+    plan_preamble = items[:k]
+    if k:
+        print(f"({k} leading line(s) not in the records' form, left out: {items[0][:80]!r})")
+    return items[k:]
 
 def _plan_add(*bounds):
     out = {"calls": 0, "tokens": 0, "cost_usd": 0.0}
