@@ -417,6 +417,44 @@ def test_a_misread_labelling_plan_runs_as_a_retrieval_of_the_query():
     assert res.answer == "4827193"
 
 
+def test_an_invalid_labelling_plan_for_a_plain_question_runs_as_a_retrieval_too():
+    # one label for both sides is not a valid plan; for a query that asks for no aggregate it is
+    # the same misreading, and the retrieval runs instead of a fall-back to code
+    root = scripted({"plan": "label_count", "label": "code", "opposite": "code"},
+                    "FINAL(plan_answers[0])")
+    res, _ = run(root, sub=lambda m: "4827193" if "User 7:" in m[-1]["content"] else "none",
+                 query="Which code does user 7 use? Answer with the number only.")
+    assert "retrieve_read" in first_code_message(root) and res.answer == "4827193"
+    # for an aggregate it stays an invalid plan, and the code mode says so
+    root = scripted({"plan": "label_count", "label": "bad", "opposite": "bad"},
+                    "FINAL(str(len(context)))")
+    run(root)
+    assert "not a valid plan" in first_code_message(root)
+
+
+@pytest.mark.skipif(not __import__("recursa.core.search_host").core.search_host.available(),
+                    reason="the search extra is not installed")
+def test_a_guess_that_search_finds_nothing_for_is_replaced_by_the_question(monkeypatch):
+    from recursa.core import search_host
+    real, asked = search_host.search, []
+
+    async def search(payload, args):
+        asked.append(args["query"])
+        return [] if args["query"] == "1" else await real(payload, args)
+    monkeypatch.setattr(search_host, "search", search)
+    text = "filler line about nothing\n" * 300 + "The vault code is 4417.\n" + "more\n" * 300
+
+    def sub(messages):
+        t = messages[-1]["content"]
+        if t.startswith("Write one short sentence"):
+            return "1"                    # the 1.5B obeying "answer with the number only"
+        return "4417" if "vault" in t.split("\n\n---\n")[0] else "none"
+    root = scripted({"plan": "retrieve_read", "question": "What is the vault code?",
+                     "keywords": []}, "FINAL(plan_answers[0])")
+    res, _ = run(root, sub=sub, context=text, query="What is the vault code?")
+    assert asked[-2:] == ["1", "What is the vault code?"] and res.answer == "4417"
+
+
 def test_a_header_before_records_that_share_their_fields_is_not_a_record():
     header = "Shop reviews, one per line: the shop, then the words"
     root = scripted({"plan": "label_count", "label": "negative", "opposite": "positive",

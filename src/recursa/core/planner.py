@@ -376,6 +376,20 @@ def fits(plan: Any, query: str) -> Any:
     return plan
 
 
+def read_plan(text: str, query: str) -> Any:
+    """The plan in the root's reply, fitted to the query. A labelling plan that is not even
+    valid (one label for both sides: "combination" / "combination") for a query that asks for
+    no aggregate is the same misreading `fits` corrects, so it becomes the retrieval too instead
+    of a fall-back to code."""
+    try:
+        return fits(parse(text), query)
+    except ValueError:
+        m = re.search(r'"plan"\s*:\s*"(label_count|pairs)"', text)
+        if m and not _AGGREGATE.search(query):
+            return RetrieveRead(plan="retrieve_read", question=query[:300], keywords=[])
+        raise
+
+
 def parse(text: str) -> Any:
     """The plan in the root's reply (ValueError when there is none)."""
     t = text.strip()
@@ -455,7 +469,10 @@ def _plan_searched(question, keywords):
     guess = llm_query(_PLAN_GUESS + question, max_tokens=60)
     guess = "" if guess.startswith("Error:") else guess
     new = [w for w in keywords if w.lower() not in question.lower()]
-    hits = search(" ".join([guess, *new]).strip() or question, k=_PLAN_K)
+    # a guess with no word search() can use ("1": the question said "answer with the number
+    # only") finds nothing; the question itself then
+    hits = search(" ".join([guess, *new]).strip() or question, k=_PLAN_K) or \
+        search(question, k=_PLAN_K)
     spans = {}
     for h in hits:
         key = h.get("item")
@@ -617,7 +634,7 @@ async def run_plan(run: Run, description: str) -> bool:
     st.turns += 1
     turn.replied(comp)
     try:
-        plan = fits(parse(comp.text), run.query)
+        plan = read_plan(comp.text, run.query)
     except ValueError as e:
         turn.end(comp, blocks=0, plan_error=str(e))
         return _note(run, f"the reply was not a valid plan ({e})")
