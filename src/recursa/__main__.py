@@ -5,4 +5,5 @@ import sys
 
 from recursa.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":   # importing the module (every-module import checks) runs nothing
+    sys.exit(main())
