@@ -27,20 +27,27 @@ def is_answer_call(messages) -> bool:
     return messages[0]["content"] == pl.ANSWER_SYSTEM
 
 
+def is_pair_call(messages) -> bool:
+    return "asks for pairs of ids" in messages[0]["content"]
+
+
 def is_count_call(messages) -> bool:
-    return messages[0]["content"].startswith("A program has labelled every record")
+    return (messages[0]["content"].startswith("A program has labelled every record")
+            and not is_pair_call(messages))
 
 
 def scripted(plan: dict | str, *code_turns: str, answer: str = "none",
-             count: str = '{"op": "other"}'):
+             count: str = '{"op": "other"}', pair: str = "not a rule"):
     """A root that answers the planning call with `plan`, the count choice after a labelling
-    plan with `count` and the call that answers from the plan's results with `answer`
-    ("none": go on), then writes `code_turns`."""
+    plan with `count`, the pair rule after a pairs plan with `pair` and the call that answers
+    from the plan's results with `answer` ("none": go on), then writes `code_turns`."""
     state = {"i": 0}
 
     def respond(messages):
         if is_planner(messages):
             return plan if isinstance(plan, str) else json.dumps(plan)
+        if is_pair_call(messages):
+            return pair
         if is_count_call(messages):
             return count
         if is_answer_call(messages):
@@ -65,7 +72,7 @@ def run(root, sub=sentiment, context=REVIEWS, trace: Path | None = None,
 
 def first_code_message(root: ReplayClient) -> str:
     return next(c for c in root.calls if not is_planner(c) and not is_answer_call(c)
-                and not is_count_call(c))[1]["content"]
+                and not is_count_call(c) and not is_pair_call(c))[1]["content"]
 
 
 def test_label_count_plan_runs_with_a_bound_shown_first_and_the_root_answers(tmp_path):
@@ -249,6 +256,62 @@ def test_pairs_plan_pairs_ids_by_code():
     res, _ = run(root)
     assert res.answer == "45"                      # 10 negative users: 10 * 9 / 2
     assert "('3', '6')" in first_code_message(root)
+
+
+# users 1-5: 1 three complaints; 2 two complaints, one praise; 3 three praises; 4 one
+# complaint, two praises; 5 one praise
+USERS = "\n".join(f"User {u}: " + ("awful, broken" if bad else "I love it")
+                   for u, bad in [(1, 1), (2, 1), (3, 0), (1, 1), (4, 1), (2, 0), (3, 0),
+                                  (1, 1), (4, 0), (5, 0), (2, 1), (3, 0), (4, 0)])
+PAIRS_PLAN = {"plan": "pairs", "instruction": "Label every record, then list the pairs.",
+              "labels": ["positive", "negative"], "keep": ["negative"], "id_prefix": "User"}
+
+
+def rule(a: str, a_min: int, a_max: int | None, b: str, b_min: int, b_max: int | None) -> str:
+    return json.dumps({"first_label": a, "first_min": a_min, "first_max": a_max,
+                       "second_label": b, "second_min": b_min, "second_max": b_max})
+
+
+@pytest.mark.parametrize("pair, answer", [
+    (rule("negative", 2, None, "positive", 2, None), "(1, 3)\n(1, 4)\n(2, 3)\n(2, 4)"),
+    (rule("positive", 2, None, "negative", 2, None), "(1, 3)\n(1, 4)\n(2, 3)\n(2, 4)"),
+    (rule("negative", 2, None, "negative", 2, None), "(1, 2)"),
+    (rule("negative", 0, 0, "negative", 0, 0), "(3, 5)"),
+    (rule("negative", 9, None, "positive", 0, None), "No pair meets the condition."),
+])
+def test_after_a_pairs_plan_the_root_writes_a_rule_and_the_repl_builds_the_pairs(
+        tmp_path, pair, answer):
+    root = scripted(PAIRS_PLAN, "FINAL('never reached')", answer="(9, 9)", pair=pair)
+    trace = tmp_path / "t.jsonl"
+    res, _ = run(root, context=USERS, trace=trace, query="Which pairs of users ...?")
+    assert (res.status, res.answer, res.turns) == ("final", answer, 2)
+    asked = [c for c in root.calls if is_pair_call(c)][0]
+    assert '"positive", "negative"' in asked[0]["content"]
+    assert not [c for c in root.calls if is_answer_call(c)]     # the plain call never ran
+    events = load_events(trace)
+    printed = " ".join(str(e.data.get("output")) for e in events if e.kind == "cell")
+    assert "  2: positive 1, negative 2" in printed
+    end = [e for e in events if e.kind == "turn" and e.phase == "end"][-1]
+    assert end.data["pair_rule"] == json.loads(pair) and end.data["plan_answer"] == answer
+
+
+@pytest.mark.parametrize("pair", [
+    "not json",
+    rule("angry", 2, None, "positive", 2, None),        # a label outside the plan's set
+    rule("negative", 3, 1, "positive", 2, None),        # no count is at least 3 and at most 1
+    '{"first_label": "negative", "first_min": -1}',
+])
+def test_a_pair_rule_that_is_not_one_leaves_the_answer_to_the_plain_call(pair):
+    root = scripted(PAIRS_PLAN, "FINAL('never reached')", answer="(1, 2)", pair=pair)
+    res, _ = run(root, context=USERS, query="Which pairs of users ...?")
+    assert (res.status, res.answer, res.turns) == ("final", "(1, 2)", 3)
+
+
+def test_the_pair_rules_schema_holds_its_labels_to_the_plans():
+    schema = pl.pair_schema(["positive", "negative"])
+    assert schema["properties"]["first_label"]["enum"] == ["positive", "negative"]
+    assert schema["properties"]["second_label"]["enum"] == ["positive", "negative"]
+    assert pl.pairs_answer([("1", "2")]) == "(1, 2)" and pl.pairs_answer("x") is None
 
 
 @pytest.mark.parametrize("reply, why", [

@@ -25,9 +25,11 @@ cell --task judge_pairs --lengths 8k -n 10 --method rlm-plan,direct --out "$OUT"
 .venv/bin/recursa bench report "$OUT"
 
 # Round 2 (rows in heldout-1.5b-r2/): the same headline cells with the changes made on dev
-# after round 1 (the typed count choice, misread plans, header lines; docs/bench/README.md)
+# after round 1 (the typed count choice, misread plans, header lines, the pair rule;
+# docs/bench/README.md)
 OUT2=docs/bench/heldout-1.5b-r2
 cell --task judge_agg --lengths 8k -n 20 --method rlm-plan,direct --out "$OUT2"
+cell --task judge_pairs --lengths 8k -n 10 --method rlm-plan,direct --out "$OUT2"
 cell --task judge_agg --lengths 1536 -n 10 --method rlm-plan,direct --out "$OUT2"
 cell --task para_niah --lengths 8k -n 20 --method rlm-plan,direct --out "$OUT2"
 .venv/bin/recursa bench report "$OUT2"

@@ -28,6 +28,20 @@ from recursa.base.types import BudgetExceeded, Cell, Message, ModelClient, Model
 from recursa.core import prompts
 from recursa.core.budget import Budget, Ledger
 from recursa.core.dispatch import Dispatcher, Node
+from recursa.core.plan_answers import (
+    COUNT_MAX_TOKENS,
+    PAIR_MAX_TOKENS,
+    CountChoice,
+    count_code,
+    count_messages,
+    pair_code,
+    pair_messages,
+    pair_schema,
+    pairs_answer,
+    parse_count_choice,
+    parse_pair_rule,
+    scalar_answer,
+)
 from recursa.core.recorder import RunRecorder
 from recursa.core.state import RunState
 from recursa.obs.trace import Tracer
@@ -214,89 +228,11 @@ The program's results:
 Answer:"""
 ANSWER_MAX_TOKENS = 80
 
-# After a labelling plan, the root names which count answers the query (a typed choice, like
-# the plan), and the runtime computes it from the counts in the REPL, taking the groups the
-# query names from the query itself. Reading the printed table, the 1.5B took the total for one
-# shop's count; asked for a Python expression, it summed a group for the total (dev probe
-# benchmarks/probes/answer.py: plain call 0 of 6 differences right, expressions 0 of 8 totals).
-COUNT_OPS = {
-    "how_many": "a number: how many records have the label",
-    "how_many_more": "a number: how many more records with the label the first {group} the "
-                     "query names has than the second",
-    "which_most": "a name: which {group} has the most records with the label",
-    "which_fewest": "a name: which {group} has the fewest records with the label",
-    "other": "none of these",
-}
-COUNT_SYSTEM = """A program has labelled every record of a long context as {labels} and counted \
-the records labelled {label}, over all the records and per {group}. Choose the one count that \
-answers the user's query. Reply with JSON: {{"op": "<choice>"}}, where <choice> is one of:
-{ops}"""
-COUNT_USER = """Query: {query}
-
-JSON:"""
-COUNT_MAX_TOKENS = 20
-
-
-class CountChoice(BaseModel):
-    op: Literal["how_many", "how_many_more", "which_most", "which_fewest", "other"]
-
-
-def count_messages(query: str, labels: list[str], group: str) -> list[Message]:
-    """The count-choice call's messages (`labels`: opposite first, the counted side last)."""
-    group = group or "group"
-    ops = "\n".join(f"- {k}: {v.format(group=group)}" for k, v in COUNT_OPS.items())
-    return [{"role": "system", "content": COUNT_SYSTEM.format(
-                labels=" or ".join(labels), label=labels[-1], group=group, ops=ops)},
-            {"role": "user", "content": COUNT_USER.format(query=query)}]
-
-
-def parse_count_choice(text: str) -> str | None:
-    """The op in the reply (JSON, or a bare op name), None for "other" or no op."""
-    m = re.search(r"\{.*\}", text, re.S)
-    try:
-        op = CountChoice.model_validate_json(m.group()).op if m else text.strip(" .'\"\n")
-    except ValidationError:
-        return None
-    return op if op in COUNT_OPS and op != "other" else None
-
-
-def count_code(op: str, query: str, counted: str) -> str:
-    """REPL code that prints the chosen count's value (`None` when the counts cannot give it:
-    no groups, the query names the wrong number of them, a tie for most / fewest)."""
-    head = (f"_q, _c = {query!r}, {counted!r}\n"
-            "_g = globals().get('group_counts') or {}\n"
-            "_hits = [(re.search(r'(?<!\\w)' + re.escape(g) + r'(?!\\w)', _q, re.I), g) "
-            "for g in _g]\n"
-            "_named = [g for m, g in sorted((m.start(), g) for m, g in _hits if m)]\n"
-            "_ranked = sorted(_g, key=lambda g: -_g[g][_c])\n")
-    value = {
-        # the one group the query names, or all the records when it names none (asked to
-        # choose between the two, the 1.5B chose the total for 5 of 8 one-shop questions)
-        "how_many": ("_g[_named[0]][_c] if len(_named) == 1 else None if _named "
-                     "else label_counts[_c]"),
-        "how_many_more": "_g[_named[0]][_c] - _g[_named[1]][_c] if len(_named) == 2 else None",
-        "which_most": ("_ranked[0] if len(_ranked) > 1 and _g[_ranked[0]][_c] > "
-                       "_g[_ranked[1]][_c] else None"),
-        "which_fewest": ("_ranked[-1] if len(_ranked) > 1 and _g[_ranked[-1]][_c] < "
-                         "_g[_ranked[-2]][_c] else None"),
-    }[op]
-    return (f"{head}plan_answer = {value}\nprint(repr(plan_answer))\n"
-            "del _q, _c, _g, _hits, _named, _ranked")
-
 
 def answer_messages(query: str, output: str) -> list[Message]:
     """The plain answer call's messages: the query and the plan's printed results."""
     return [{"role": "system", "content": ANSWER_SYSTEM},
             {"role": "user", "content": ANSWER_USER.format(query=query, output=output)}]
-
-
-def scalar_answer(value: Any) -> str | None:
-    """A computed count's value as the run's answer: a number or a non-empty name, else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    if isinstance(value, float):
-        return str(int(value)) if value.is_integer() else f"{value:g}"
-    return str(value).strip() or None
 
 
 # ------------------------------------------------------------------ choosing the mode
@@ -567,7 +503,9 @@ def plan_code(plan: Any, dry: bool) -> str:
                     "'{answer}', str(first_answer)), [], False) if first_answer else []")
             out = "plan_answers"
     elif isinstance(plan, LabelCount | Pairs):
-        question = leaf_question(plan.labels) if isinstance(plan, LabelCount) else plan.instruction
+        # a pairs plan's instruction is about the whole job ("label every record, then list
+        # the pairs ..."), not a question one record can answer: its leaves get the sides too
+        question = leaf_question(plan.labels)
         body = (f"records = _plan_records(context)\nplan_labels = {r(plan.labels)}\n"
                 f"record_labels = llm_map({r(question)}, records, labels=plan_labels"
                 f"{', dry_run=True' if dry else ''})")
@@ -591,6 +529,15 @@ def plan_code(plan: Any, dry: bool) -> str:
                 "kept_ids = sorted({i for i, x in zip(record_ids, record_labels) if x in _keep}, "
                 "key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x))\n"
                 "plan_pairs = pairs(kept_ids)\n"
+                "id_counts = {}\n"
+                "for _plan_i, _plan_x in zip(record_ids, record_labels):\n"
+                "    id_counts.setdefault(_plan_i, collections.Counter()).update("
+                "[_plan_x] if _plan_x else [])\n"
+                "print(f'{len(id_counts)} ids; records per label:')\n"
+                "for _plan_i in sorted(id_counts, key=lambda x: (not x.isdigit(), "
+                "int(x) if x.isdigit() else 0, x))[:100]:\n"
+                "    print(f'  {_plan_i}: ' + ', '.join(f'{_l} {id_counts[_plan_i][_l]}' "
+                "for _l in plan_labels))\n"
                 "print(f'{len(records)} records, {len(kept_ids)} ids with a label in "
                 "{_keep}: {kept_ids[:100]}')\n"
                 "print(f'{len(plan_pairs)} pairs:', plan_pairs[:200])")
@@ -669,7 +616,7 @@ async def run_plan(run: Run, description: str) -> bool:
     names = ", ".join(n for n in cell.variables if not n.startswith("_")
                       and n in ("plan_answers", "first_answer", "records", "record_labels",
                                 "label_counts", "record_groups", "group_counts", "record_ids",
-                                "kept_ids", "plan_pairs"))
+                                "kept_ids", "plan_pairs", "id_counts"))
     _preface(run, RESULTS.format(plan=describe(plan), calls=bound["calls"],
                                  tokens=bound["tokens"], output=shown, names=names),
              replace_start=True)
@@ -677,45 +624,73 @@ async def run_plan(run: Run, description: str) -> bool:
     st.seen.append(plain_digits(output))
     if isinstance(plan, LabelCount) and await _answer_by_count(run, plan):
         return True
+    if isinstance(plan, Pairs) and await _answer_by_pairs(run, plan):
+        return True
     return await _answer(run, shown)
 
 
 async def _answer_by_count(run: Run, plan: LabelCount) -> bool:
-    """After a labelling plan: one root call chooses which count answers the query (typed, like
-    the plan), the REPL computes it; a number or name it gives is the run's final answer.
-    "other", a count the results cannot give or an error leaves the answer to the plain call."""
+    """After a labelling plan: the root chooses which count answers the query, the REPL
+    computes it; a number or name it gives is the run's final answer."""
+    def code(reply: str) -> tuple[str, dict[str, Any]] | None:
+        op = parse_count_choice(reply)
+        return (count_code(op, run.query, plan.label), {"count_op": op}) if op else None
+    return await _computed_answer(
+        run, count_messages(run.query, plan.labels, plan.group_by.strip()),
+        CountChoice.model_json_schema(), COUNT_MAX_TOKENS, code, scalar_answer,
+        count_choice=True)
+
+
+async def _answer_by_pairs(run: Run, plan: Pairs) -> bool:
+    """After a pairs plan: the root writes the condition on each id of a pair as bounds on its
+    label counts, the REPL builds the pairs from the per-id counts."""
+    def code(reply: str) -> tuple[str, dict[str, Any]] | None:
+        rule = parse_pair_rule(reply, plan.labels)
+        return (pair_code(rule), {"pair_rule": rule.model_dump()}) if rule else None
+    return await _computed_answer(
+        run, pair_messages(run.query, plan.labels), pair_schema(plan.labels), PAIR_MAX_TOKENS,
+        code, pairs_answer, pair_rule=True)
+
+
+async def _computed_answer(run: Run, messages: list[Message], schema: dict[str, Any],
+                           max_tokens: int, code_for: Any, to_answer: Any,
+                           **mark: Any) -> bool:
+    """One typed root call (constrained by `schema` where the client takes one), turned into REPL
+    code by `code_for(reply)` (with what the trace keeps of the choice); the value the code prints, through `to_answer`, is the run's final
+    answer. A reply that does not parse, a value the labels cannot give (None) or an error
+    leaves the answer to the plain call."""
     env, st = run.env, run.st
     if env.output is not None or env.sources:
         return False
-    turn = run.rec.turn(turn=st.turns + 1, plan_answer=True, count_choice=True)
-    options = {**env.root_options, "temperature": 0.0, "max_tokens": COUNT_MAX_TOKENS}
+    turn = run.rec.turn(turn=st.turns + 1, plan_answer=True, **mark)
+    options = {**env.root_options, "temperature": 0.0, "max_tokens": max_tokens}
     from recursa.models.registry import structured_output
     if structured_output(env.root_client) == "json_schema":
-        options["json_schema"] = CountChoice.model_json_schema()
+        options["json_schema"] = schema
     try:
-        comp = await env.dispatcher.call_model(
-            env.root_client, count_messages(run.query, plan.labels, plan.group_by.strip()),
-            role="root", subcall=False, options=options)
+        comp = await env.dispatcher.call_model(env.root_client, messages, role="root",
+                                               subcall=False, options=options)
     except (ModelError, BudgetExceeded) as e:
         turn.fail(str(e))
         return False
     st.turns += 1
     turn.replied(comp)
-    op = parse_count_choice(comp.text)
-    if op is None:
+    made = code_for(comp.text)
+    if made is None:
         turn.end(comp, blocks=0, plan_answer=None)
         return False
-    cell = await _cell(run, turn, 0, count_code(op, run.query, plan.label))
+    code, seen = made
+    cell = await _cell(run, turn, 0, code)
     try:
         value = ast.literal_eval((cell.stdout or "").strip().splitlines()[-1])
     except (ValueError, SyntaxError, IndexError):
         value = None
-    answer = None if cell.error else scalar_answer(value)
+    answer = None if cell.error else to_answer(value)
     if answer is None:
-        turn.end(comp, blocks=1, plan_answer=None, count_op=op)
+        turn.end(comp, blocks=1, plan_answer=None, **seen)
         return False
     st.final = answer
-    turn.end(comp, blocks=1, plan_answer=answer, count_op=op, ended=True)
+    turn.end(comp, blocks=1, plan_answer=answer, ended=True, **seen)
     return True
 
 
