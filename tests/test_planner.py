@@ -528,3 +528,29 @@ def test_a_header_before_records_that_share_their_fields_is_not_a_record():
     shown = [c for c in root.calls if is_answer_call(c)][0][1]["content"]
     assert "1 leading line(s) not in the records' form, left out: 'Shop reviews" in shown
     assert "24 records labelled" in shown
+
+
+def test_with_sources_asked_a_retrievals_answer_carries_the_passage_its_reader_answered_from():
+    """RLM(sources=True) in plan mode: the runtime attaches the pieces whose reader gave the
+    answer (checked and located like any source), not the model."""
+    lines = [f"Note {i}: ticket {1000 + i} was closed without changes." for i in range(400)]
+    lines[250] = "Note 250: the wifi password of the Oslo office is fjord-2291."
+    text = "\n".join(lines)
+
+    def sub(messages):
+        t = messages[-1]["content"]
+        if "Question about the text above" in t:
+            return "yes" if "wifi" in t.split("\n\n---\n")[0] else "no"
+        if t.startswith("Write one short sentence"):
+            return "The wifi password is fjord-2291."
+        piece = t.split("\n\n---\n")[0]
+        return "The password is fjord-2291." if "fjord" in piece else "none"
+    root = scripted({"plan": "retrieve_read", "question": "What is the Oslo wifi password?",
+                     "keywords": ["wifi"]}, "FINAL('never reached')", answer="fjord-2291")
+    res, _ = run(root, sub=sub, context=text, query="What is the Oslo wifi password?",
+                 sources=True)
+    assert (res.status, res.answer) == ("final", "fjord-2291")
+    found = [s for s in res.sources if s.found]
+    assert found and all(s.found for s in res.sources)
+    assert any(s.location is not None and s.location.line == 251 and "fjord-2291" in (s.text or "")
+               for s in found), [(s.text, s.location) for s in res.sources]

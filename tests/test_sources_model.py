@@ -8,11 +8,14 @@ held commit make it pass the piece it read.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import helpers_documents as hd
 from recursa import RLM
 from recursa.base.types import Completion, Message
 from recursa.models import make_client
@@ -88,3 +91,38 @@ def test_the_local_model_attaches_a_source_that_verifies(tmp_path: Path):
     # the source points at the evidence: the line with the password (narrowed from the piece)
     assert any(s.location is not None and s.location.line == 18 and "fjord-2291" in (s.text or "")
                for s in found), [(s.text, s.location) for s in found]
+
+
+def test_the_local_model_in_plan_mode_answers_with_a_source_that_verifies(tmp_path: Path):
+    """In plan mode the runtime attaches the passage the readers answered from, so the 1.5B's
+    answer carries a source that verifies, located at the password's line (no model turn has to
+    write it; idle machine 2026-12-03: 2 root calls, about 40 s)."""
+    res = RLM(model=MODEL, strategy="plan", sources=True, max_iterations=3, max_seconds=300,
+              model_options={"temperature": 0.0, "max_tokens": 200},
+              sub_model_options={"temperature": 0.0, "max_tokens": 60},
+              trace_path=tmp_path / "t.jsonl").completion(
+        "What is the wifi password of the Oslo office?", context="\n".join(NOTES))
+    assert res.status == "final" and "fjord-2291" in res.answer, (res.status, res.answer)
+    found = [s for s in res.sources if s.found]
+    assert found and len(found) == len(res.sources), [s.quote for s in res.sources]
+    assert any(s.location is not None and s.location.line == 18 and "fjord-2291" in (s.text or "")
+               for s in found), [(s.text, s.location) for s in found]
+
+
+def test_recursa_run_over_a_pdf_answers_with_its_page_as_a_verified_source(tmp_path: Path):
+    """The issue's own command, through the real CLI and the local model: `recursa run "..."
+    --context report.pdf --strategy plan --sources` answers and names the PDF's page and line
+    the answer rests on (idle machine 2026-12-03: about 45 s)."""
+    audit = "The audit found 14 unsigned invoices in March."
+    t = hd.Texts(paras=[f"Paragraph {i} says nothing of note." for i in range(5)] + [audit],
+                 titles=["Cover", "Findings"])
+    report = hd.pdf(tmp_path / "report.pdf", t, pages=3)
+    p = subprocess.run([sys.executable, "-m", "recursa", "run", "What did the audit find in March?",
+                        "--context", str(report), "--model", MODEL, "--strategy", "plan",
+                        "--sources", "--max-seconds", "300"],
+                       capture_output=True, text=True, timeout=420, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    answer, _, listed = p.stdout.partition("Sources:")
+    assert "14" in answer, p.stdout
+    assert "report.pdf" in listed and "(exact)" in listed and audit in listed, p.stdout
+    assert "NOT FOUND" not in listed, p.stdout

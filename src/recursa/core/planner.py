@@ -343,6 +343,8 @@ def parse(text: str) -> Any:
 
 # ------------------------------------------------------------------ plans as REPL code
 _PRELUDE = '''
+plan_read = []      # (piece, reader's answer) of every read: the sources of a retrieval's answer
+
 def _plan_text(c):
     if isinstance(c, str):
         return c
@@ -477,6 +479,7 @@ def _plan_retrieve(question, keywords, dry):
     hits = cand if searched else llm_filter(question, cand)
     answers = llm_map(question + _PLAN_READ, hits) if hits else []
     found = [a for a in answers if a and a.strip(" .'\\"").lower() != "none"]
+    plan_read.extend((h, a) for h, a in zip(hits, answers) if a in found)
     how = "found by search()" if searched else "checked"
     print(f"{len(cand)} pieces {how}, {len(hits)} read; answers: {found}")
     return found
@@ -616,7 +619,7 @@ async def run_plan(run: Run, description: str) -> bool:
     names = ", ".join(n for n in cell.variables if not n.startswith("_")
                       and n in ("plan_answers", "first_answer", "records", "record_labels",
                                 "label_counts", "record_groups", "group_counts", "record_ids",
-                                "kept_ids", "plan_pairs", "id_counts"))
+                                "kept_ids", "plan_pairs", "id_counts", "plan_read"))
     _preface(run, RESULTS.format(plan=describe(plan), calls=bound["calls"],
                                  tokens=bound["tokens"], output=shown, names=names),
              replace_start=True)
@@ -626,7 +629,7 @@ async def run_plan(run: Run, description: str) -> bool:
         return True
     if isinstance(plan, Pairs) and await _answer_by_pairs(run, plan):
         return True
-    return await _answer(run, shown)
+    return await _answer(run, shown, sourced=isinstance(plan, RetrieveRead | TwoHop))
 
 
 async def _answer_by_count(run: Run, plan: LabelCount) -> bool:
@@ -694,12 +697,14 @@ async def _computed_answer(run: Run, messages: list[Message], schema: dict[str, 
     return True
 
 
-async def _answer(run: Run, output: str) -> bool:
+async def _answer(run: Run, output: str, sourced: bool = False) -> bool:
     """One plain root call that answers the query from the plan's results; its answer is the
     run's final one unless it says "none" (or the run needs what only the code loop does: a
-    typed output or sources), and then the code loop goes on from the results."""
+    typed output, or sources after a plan that read no passages), and then the code loop goes
+    on from the results. `sourced`: the plan read passages, and with sources asked for, those
+    its answer came from are attached by code (`source_code`), not by the model."""
     env, st = run.env, run.st
-    if env.output is not None or env.sources:
+    if env.output is not None or (env.sources and not sourced):
         return False
     turn = run.rec.turn(turn=st.turns + 1, plan_answer=True)
     messages = answer_messages(run.query, output)
@@ -719,9 +724,28 @@ async def _answer(run: Run, output: str) -> bool:
     if not text or "```" in text or text.strip(" .'\"").lower() == "none":
         turn.end(comp, blocks=0, plan_answer=None)
         return False
+    if env.sources:
+        cell = await _cell(run, turn, 0, source_code(text))
+        if cell.error is None:
+            st.answer = cell.answer
     st.final = text
-    turn.end(comp, blocks=0, plan_answer=text, ended=True)
+    turn.end(comp, blocks=1 if env.sources else 0, plan_answer=text, ended=True)
     return True
+
+
+def source_code(final: str) -> str:
+    """REPL code that commits `final` with its sources: the pieces whose reader's answer and
+    `final` hold one another (words compared, case and punctuation aside), or when none do,
+    every piece a reader answered from. A 1.5B root asked to attach them itself committed the
+    right answer without sources, twice in a row (tests/test_sources_model.py)."""
+    return (f"_plan_f = {final!r}\n"
+            "_plan_n = lambda s: ' '.join(re.findall(r'\\w+', str(s).lower()))\n"
+            "_plan_m = [p for p, a in plan_read if _plan_n(a) and "
+            "(_plan_n(a) in _plan_n(_plan_f) or _plan_n(_plan_f) in _plan_n(a))]\n"
+            "answer = {'content': _plan_f, 'ready': True, "
+            "'sources': _plan_m or [p for p, _ in plan_read]}\n"
+            "print(len(answer['sources']), 'sources')\n"
+            "del _plan_f, _plan_n, _plan_m")
 
 
 async def _cell(run: Run, turn: Any, index: int, code: str) -> Any:
