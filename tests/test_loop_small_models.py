@@ -36,8 +36,10 @@ class Recording:
     """A root model that answers from a script and records exactly what it was sent; with
     `context_window` set, like a local model's client."""
 
-    def __init__(self, replies: list[str], context_window: int | None = None) -> None:
+    def __init__(self, replies: list[str], context_window: int | None = None,
+                 token_scale: float | None = None) -> None:
         self.inner = ReplayClient(list(replies))
+        self.token_scale = token_scale    # set: its usage says scale x the estimated tokens
         self.name = "replay:root"
         self.capabilities = Capabilities(context_window=context_window)
         self.calls: list[list[Message]] = []
@@ -49,6 +51,8 @@ class Recording:
         self.options.append(dict(options))
         comp = await self.inner.complete(messages, **options)
         self.replies.append(comp.text)
+        if self.token_scale:
+            comp.usage.input_tokens = int(self.token_scale * _msg_tokens(messages))
         return comp
 
     async def aclose(self) -> None:
@@ -56,8 +60,9 @@ class Recording:
 
 
 def run(replies: list[str], tmp_path: Path, *, window: int | None = None,
-        sandbox: str = "inprocess", **kw: Any) -> tuple[Any, Recording, Any]:
-    root = Recording(replies, window)
+        sandbox: str = "inprocess", token_scale: float | None = None,
+        **kw: Any) -> tuple[Any, Recording, Any]:
+    root = Recording(replies, window, token_scale)
     trace = tmp_path / f"t{len(list(tmp_path.glob('*.jsonl')))}.jsonl"
     res = RLM(model=root, sub_model=ReplayClient(lambda m: "sub-answer", name="replay:sub"),
               sandbox=sandbox, trace_path=trace, **kw).completion("How many lines?", context=CTX)
@@ -300,6 +305,22 @@ def test_history_budget() -> None:
     assert history_budget(env(4000, 4000)) == int(4000 * 0.85) - 1000   # at most a quarter
     assert history_budget(env(None, cap=3000)) == 3000
     assert history_budget(env(8192, cap=3000)) == 3000
+
+
+def test_compaction_follows_the_models_own_token_count_when_the_estimate_is_low(
+        tmp_path: Path) -> None:
+    """A model whose tokens are 1.6x the estimate (digits, punctuation): after its first reply
+    the history is fitted in its units, so every later call's real size stays in the window."""
+    window, scale = 3400, 1.6
+    script = [repl(f"part{i} = context[{i * 900}:{(i + 1) * 900}]\nprint(part{i})")
+              for i in range(8)]
+    script += ["Final answer: done"]
+    res, root, _ = run(script, tmp_path, window=window, token_scale=scale)
+    assert res.status == "final" and res.answer == "done"
+    budget = int(window * 0.85) - window // 4
+    real = [int(scale * _msg_tokens(c)) for c in root.calls]
+    assert all(r <= budget for r in real[1:]), real
+    assert max(_msg_tokens(c) for c in root.calls[1:]) <= budget / scale + 1
 
 
 @pytest.mark.parametrize("sandbox", ["inprocess", "local"])

@@ -315,6 +315,9 @@ class Run:
             return await self._wrap_up()
         st.turns += 1
         turn.replied(reply)
+        sent, real = msg_tokens(ask.messages), reply.usage.input_tokens
+        if sent and real:
+            st.token_scale = max(1.0, real / sent)
         extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, ...
         text = reply.text
         if ask.options.get("stop") == list(IMAGINED_STOPS):
@@ -608,6 +611,8 @@ class Run:
         decides the replacement, the turn's trace notes it exactly (design note 11)."""
         st = self.st
         budget = history_budget(self.env)
+        if budget is not None:      # in the estimate's units, scaled by the model's real count
+            budget = int(budget / st.token_scale)
         if budget is None or not over(budget, st.messages, extra_tokens):
             return
         var = st.history_var

@@ -44,6 +44,10 @@ class RunState:
     extracted: bool = False       # answer["content"] came from the last-answer turn's reply
     sources_asked: bool = False   # a commit without sources was held once (RLM(sources=True))
     sources: list[Source] = field(default_factory=list)  # the answer's, checked (recursa.core.sources)
+    # the root's real input tokens over their estimate on its last reply (at least 1): text
+    # full of digits and punctuation is more tokens than chars / 4 says, and a history fitted
+    # by the estimate alone overflowed a 2,048-token window (judge_pairs test seed 4)
+    token_scale: float = 1.0
 
     def append(self, msg: Message) -> None:
         """A message of the conversation: sent from now on, and kept in full."""
