@@ -29,10 +29,10 @@ def _events(path: Path, kind: str) -> list:
 def test_finds_a_report_and_reads_it_with_a_subcall_k_of_n(tmp_path: Path):
     """The report task (code mode) on 5 seeds: at least 3 right, and every right answer's facts
     came from a sub-call or a cell's output, not from the model's memory (it cannot know them).
-    On the idle machine 5 of seeds 0-5 were right (seed 1's sub-call names the cause, not the
-    fixer); with 3 seeds and 2 needed, one more miss beside the other tests' workers (where the
-    server's batches and prompt cache differ, and so do the small model's words) failed CI
-    twice (2026-12-02, 1 of 3). One run after another."""
+    On the idle machine (2026-12-03) 4 of these 5 were right, and 5 of seeds 0-6 (seed 1's
+    sub-call names the cause, not the fixer). With 3 seeds and 2 needed, one more miss beside
+    the other tests' workers (where the server's batches and prompt cache differ, and so do the
+    small model's words) failed CI twice (2026-12-02, 1 of 3). One run after another."""
     seeds = (0, 1, 2, 3, 4)
     cases = {seed: make_case(seed, chars=120_000) for seed in seeds}
 

@@ -311,7 +311,37 @@ def test_the_pair_rules_schema_holds_its_labels_to_the_plans():
     schema = pl.pair_schema(["positive", "negative"])
     assert schema["properties"]["first_label"]["enum"] == ["positive", "negative"]
     assert schema["properties"]["second_label"]["enum"] == ["positive", "negative"]
-    assert pl.pairs_answer([("1", "2")]) == "(1, 2)" and pl.pairs_answer("x") is None
+
+
+
+def test_a_record_without_the_id_prefix_is_nobodys_and_unlabelled_ids_meet_no_upper_bound(
+        tmp_path):
+    """A line that names no user is not "user 3" (its number), and a user whose record got no
+    label is not known to have "no complaint"."""
+    text = USERS + "\nA note without a user: awful, broken\nUser 6: ???"
+
+    def sub(messages):
+        piece = messages[-1]["content"].split("\n\n---\n")[0]
+        return "" if "???" in piece else sentiment(messages)
+    root = scripted(PAIRS_PLAN, "FINAL('never reached')", answer="(9, 9)",
+                    pair=rule("negative", 0, 0, "negative", 0, 0))
+    trace = tmp_path / "t.jsonl"
+    res, _ = run(root, sub=sub, context=text, trace=trace, query="Which pairs of users ...?")
+    # user 3 and 5 wrote no complaint; the note is nobody's; user 6's review has no label
+    assert (res.status, res.answer) == ("final", "(3, 5)")
+    printed = " ".join(str(e.data.get("output")) for e in load_events(trace) if e.kind == "cell")
+    assert "  3: positive 3, negative 0" in printed and "  6: positive 0, negative 0" in printed
+
+
+def test_committed_and_last_value_read_a_cell():
+    from types import SimpleNamespace as NS
+    assert pl.committed(NS(answer={"content": "(1, 2)", "ready": True})) == "(1, 2)"
+    assert pl.committed(NS(answer={"content": "(1, 2)", "ready": False})) is None
+    assert pl.committed(NS(answer={"content": " ", "ready": True})) is None
+    assert pl.last_value(NS(stdout="x\n[('1', '2')]\n")) == [("1", "2")]
+    assert pl.last_value(NS(stdout="")) is None and pl.last_value(NS(stdout="a b")) is None
+    assert pl.parse_pair_rule(rule("Negative", 1, None, "POSITIVE", 1, None),
+                              ["positive", "negative"]).first_label == "negative"
 
 
 @pytest.mark.parametrize("reply, why", [

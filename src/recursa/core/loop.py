@@ -77,6 +77,9 @@ if TYPE_CHECKING:
 KEEP = "KEEP"
 
 
+MAX_TOKEN_SCALE = 4.0   # the most the root's real tokens may scale the estimate's budget
+
+
 @dataclass
 class RunEnv:
     """What a top-level run and every child RLM under it share: limits, ledger, tracer,
@@ -316,8 +319,8 @@ class Run:
         st.turns += 1
         turn.replied(reply)
         sent, real = msg_tokens(ask.messages), reply.usage.input_tokens
-        if sent and real:
-            st.token_scale = max(1.0, real / sent)
+        if sent and real:   # capped: a driver whose usage counts more than this run sent
+            st.token_scale = min(MAX_TOKEN_SCALE, max(1.0, real / sent))
         extra: dict[str, Any] = {}    # the end event's repeat_of, prose_answer, held, ...
         text = reply.text
         if ask.options.get("stop") == list(IMAGINED_STOPS):
@@ -622,7 +625,7 @@ class Run:
             st.history_var = var or st.history_var
         c = compact(st, st.messages, budget, extra_tokens, var)
         st.messages[c.start:c.end] = c.new
-        turn.note(compaction=c.note)
+        turn.note(compaction={**c.note, "token_scale": round(st.token_scale, 3)})
 
     async def _stop_calls(self) -> None:
         """Cancel the REPL's calls still running (the sub-calls and children of a cell cut at

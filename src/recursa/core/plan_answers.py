@@ -11,6 +11,7 @@ Each returns None where the labels cannot give an answer; the plain answer call 
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from typing import Any, Literal
@@ -153,8 +154,13 @@ def parse_pair_rule(text: str, labels: list[str]) -> PairRule | None:
         rule = PairRule.model_validate_json(m.group()) if m else None
     except ValidationError:
         return None
-    if rule is None or {rule.first_label, rule.second_label} - set(labels):
+    if rule is None:
         return None
+    named = {x.lower(): x for x in labels}     # a reply without the schema may change case
+    first, second = named.get(rule.first_label.lower()), named.get(rule.second_label.lower())
+    if first is None or second is None:
+        return None
+    rule = rule.model_copy(update={"first_label": first, "second_label": second})
     for lo, hi in ((rule.first_min, rule.first_max), (rule.second_min, rule.second_max)):
         if hi is not None and hi < lo:
             return None
@@ -162,25 +168,39 @@ def parse_pair_rule(text: str, labels: list[str]) -> PairRule | None:
 
 
 def pair_code(rule: PairRule) -> str:
-    """REPL code over the pairs plan's `id_counts` that sets and prints `plan_answer`: the
-    qualifying pairs as (smaller id, larger id), numeric ids compared as numbers."""
+    """REPL code over the pairs plan's `id_counts` that sets `plan_answer` (the qualifying pairs
+    as (smaller id, larger id), numeric ids compared as numbers) and commits them, one `(a, b)`
+    a line, to `answer` (not printed: a few hundred pairs would be cut at the output limit). An
+    id with an unlabelled record is left out of a side with an upper bound (its count is not
+    known to stay under it); with most records unlabelled, nothing is committed."""
     r = rule
     return (
         f"_sides = [({r.first_label!r}, {r.first_min}, {r.first_max!r}), "
         f"({r.second_label!r}, {r.second_min}, {r.second_max!r})]\n"
         "_meets = [{i for i, c in id_counts.items() if lo <= c.get(lab, 0) and "
-        "(hi is None or c.get(lab, 0) <= hi)} for lab, lo, hi in _sides]\n"
-        "_key = lambda x: (not str(x).isdigit(), int(x) if str(x).isdigit() else 0, str(x))\n"
-        "plan_answer = sorted({tuple(sorted((u, v), key=_key)) for u in _meets[0] "
-        "for v in _meets[1] if u != v}, key=lambda p: (_key(p[0]), _key(p[1])))\n"
-        "print(repr(plan_answer))\n"
+        "(hi is None or (c.get(lab, 0) <= hi and not id_unlabelled.get(i)))} "
+        "for lab, lo, hi in _sides]\n"
+        "_key = lambda x: (not str(x).isdecimal(), int(x) if str(x).isdecimal() else 0, str(x))\n"
+        "plan_answer = None if 2 * sum(id_unlabelled.values()) > len(record_labels) else "
+        "sorted({tuple(sorted((u, v), key=_key)) for u in _meets[0] for v in _meets[1] "
+        "if u != v}, key=lambda p: (_key(p[0]), _key(p[1])))\n"
+        "if plan_answer is not None:\n"
+        "    answer = {'content': '\\n'.join(f'({a}, {b})' for a, b in plan_answer) or "
+        "'No pair meets the condition.', 'ready': True}\n"
+        "print(None if plan_answer is None else len(plan_answer), 'pairs')\n"
         "del _sides, _meets, _key")
 
 
-def pairs_answer(pairs: Any) -> str | None:
-    """Computed pairs as the run's answer, one `(a, b)` a line; None when it is not a list of
-    pairs. No pair is an answer too, said in words."""
-    if not isinstance(pairs, list) or not all(isinstance(p, tuple) and len(p) == 2
-                                              for p in pairs):
+def committed(cell: Any) -> str | None:
+    """The answer a cell committed to the REPL's `answer` (ready, not empty), else None."""
+    a = cell.answer if isinstance(getattr(cell, "answer", None), dict) else {}
+    content = a.get("content")
+    return content if a.get("ready") and isinstance(content, str) and content.strip() else None
+
+
+def last_value(cell: Any) -> Any:
+    """The Python literal on the last line a cell printed (None when there is none)."""
+    try:
+        return ast.literal_eval((cell.stdout or "").strip().splitlines()[-1])
+    except (ValueError, SyntaxError, IndexError):
         return None
-    return "\n".join(f"({a}, {b})" for a, b in pairs) or "No pair meets the condition."

@@ -17,7 +17,6 @@ the key of a second lookup) and `pairs` (label records, then pair their ids by c
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from typing import Annotated, Any, Literal, Protocol
@@ -32,12 +31,13 @@ from recursa.core.plan_answers import (
     COUNT_MAX_TOKENS,
     PAIR_MAX_TOKENS,
     CountChoice,
+    committed,
     count_code,
     count_messages,
+    last_value,
     pair_code,
     pair_messages,
     pair_schema,
-    pairs_answer,
     parse_count_choice,
     parse_pair_rule,
     scalar_answer,
@@ -524,21 +524,25 @@ def plan_code(plan: Any, dry: bool) -> str:
                 body += f"\n_plan_by_group({r(plan.group_by.strip())}, plan_labels)"
         if not dry and isinstance(plan, Pairs):
             prefix = plan.id_prefix.strip()
-            ident = (f"(re.search(re.escape({r(prefix)}) + r'[\\s:#=]*([\\w.-]+)', _rec) or "
-                     "[None, str(_i + 1)])[1]" if prefix else "str(_i + 1)")
+            # a record without the prefix has no id (its number would be taken for a real one)
+            ident = (f"(re.search(re.escape({r(prefix)}) + r'[\\s:#=]*(\\w[\\w-]*)', _rec) or "
+                     "[None, None])[1]" if prefix else "str(_i + 1)")
             body += (
                 f"\nrecord_ids = [{ident} for _i, _rec in enumerate(records)]\n"
                 f"_keep = {r(plan.keep)}\n"
-                "kept_ids = sorted({i for i, x in zip(record_ids, record_labels) if x in _keep}, "
-                "key=lambda x: (not x.isdigit(), int(x) if x.isdigit() else 0, x))\n"
+                "kept_ids = sorted({i for i, x in zip(record_ids, record_labels) "
+                "if i is not None and x in _keep}, "
+                "key=lambda x: (not x.isdecimal(), int(x) if x.isdecimal() else 0, x))\n"
                 "plan_pairs = pairs(kept_ids)\n"
-                "id_counts = {}\n"
+                "id_counts, id_unlabelled = {}, collections.Counter()\n"
                 "for _plan_i, _plan_x in zip(record_ids, record_labels):\n"
-                "    id_counts.setdefault(_plan_i, collections.Counter()).update("
+                "    if _plan_i is not None:\n"
+                "        id_counts.setdefault(_plan_i, collections.Counter()).update("
                 "[_plan_x] if _plan_x else [])\n"
+                "        id_unlabelled[_plan_i] += _plan_x is None\n"
                 "print(f'{len(id_counts)} ids; records per label:')\n"
-                "for _plan_i in sorted(id_counts, key=lambda x: (not x.isdigit(), "
-                "int(x) if x.isdigit() else 0, x))[:100]:\n"
+                "for _plan_i in sorted(id_counts, key=lambda x: (not x.isdecimal(), "
+                "int(x) if x.isdecimal() else 0, x))[:100]:\n"
                 "    print(f'  {_plan_i}: ' + ', '.join(f'{_l} {id_counts[_plan_i][_l]}' "
                 "for _l in plan_labels))\n"
                 "print(f'{len(records)} records, {len(kept_ids)} ids with a label in "
@@ -640,8 +644,8 @@ async def _answer_by_count(run: Run, plan: LabelCount) -> bool:
         return (count_code(op, run.query, plan.label), {"count_op": op}) if op else None
     return await _computed_answer(
         run, count_messages(run.query, plan.labels, plan.group_by.strip()),
-        CountChoice.model_json_schema(), COUNT_MAX_TOKENS, code, scalar_answer,
-        count_choice=True)
+        CountChoice.model_json_schema(), COUNT_MAX_TOKENS, code,
+        lambda cell: scalar_answer(last_value(cell)), count_choice=True)
 
 
 async def _answer_by_pairs(run: Run, plan: Pairs) -> bool:
@@ -652,16 +656,17 @@ async def _answer_by_pairs(run: Run, plan: Pairs) -> bool:
         return (pair_code(rule), {"pair_rule": rule.model_dump()}) if rule else None
     return await _computed_answer(
         run, pair_messages(run.query, plan.labels), pair_schema(plan.labels), PAIR_MAX_TOKENS,
-        code, pairs_answer, pair_rule=True)
+        code, committed, pair_rule=True)
 
 
 async def _computed_answer(run: Run, messages: list[Message], schema: dict[str, Any],
                            max_tokens: int, code_for: Any, to_answer: Any,
                            **mark: Any) -> bool:
     """One typed root call (constrained by `schema` where the client takes one), turned into REPL
-    code by `code_for(reply)` (with what the trace keeps of the choice); the value the code prints, through `to_answer`, is the run's final
-    answer. A reply that does not parse, a value the labels cannot give (None) or an error
-    leaves the answer to the plain call."""
+    code by `code_for(reply)` (with what the trace keeps of the choice); what `to_answer(cell)`
+    reads from the cell (its printed value, or what it committed) is the run's final answer. A
+    reply that does not parse, a value the labels cannot give (None) or an error leaves the
+    answer to the plain call."""
     env, st = run.env, run.st
     if env.output is not None or env.sources:
         return False
@@ -684,11 +689,7 @@ async def _computed_answer(run: Run, messages: list[Message], schema: dict[str, 
         return False
     code, seen = made
     cell = await _cell(run, turn, 0, code)
-    try:
-        value = ast.literal_eval((cell.stdout or "").strip().splitlines()[-1])
-    except (ValueError, SyntaxError, IndexError):
-        value = None
-    answer = None if cell.error else to_answer(value)
+    answer = None if cell.error else to_answer(cell)
     if answer is None:
         turn.end(comp, blocks=1, plan_answer=None, **seen)
         return False
@@ -724,10 +725,12 @@ async def _answer(run: Run, output: str, sourced: bool = False) -> bool:
     if not text or "```" in text or text.strip(" .'\"").lower() == "none":
         turn.end(comp, blocks=0, plan_answer=None)
         return False
-    if env.sources:
+    if env.sources:     # sources the runtime cannot give: the code loop (and its hold) goes on
         cell = await _cell(run, turn, 0, source_code(text))
-        if cell.error is None:
-            st.answer = cell.answer
+        if cell.error is not None or not cell.answer.get("sources"):
+            turn.end(comp, blocks=1, plan_answer=None)
+            return False
+        st.answer = cell.answer
     st.final = text
     turn.end(comp, blocks=1 if env.sources else 0, plan_answer=text, ended=True)
     return True
@@ -740,8 +743,8 @@ def source_code(final: str) -> str:
     right answer without sources, twice in a row (tests/test_sources_model.py)."""
     return (f"_plan_f = {final!r}\n"
             "_plan_n = lambda s: ' '.join(re.findall(r'\\w+', str(s).lower()))\n"
-            "_plan_m = [p for p, a in plan_read if _plan_n(a) and "
-            "(_plan_n(a) in _plan_n(_plan_f) or _plan_n(_plan_f) in _plan_n(a))]\n"
+            "_plan_m = [p for p, a in plan_read if _plan_n(a) and (f' {_plan_n(a)} ' in "
+            "f' {_plan_n(_plan_f)} ' or f' {_plan_n(_plan_f)} ' in f' {_plan_n(a)} ')]\n"
             "answer = {'content': _plan_f, 'ready': True, "
             "'sources': _plan_m or [p for p, _ in plan_read]}\n"
             "print(len(answer['sources']), 'sources')\n"
