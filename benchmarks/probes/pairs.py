@@ -9,7 +9,6 @@ the pairs here with the plan's own code on the same counts. Scores are the task'
 Usage: pairs.py [N] [LENGTH]   (dev seeds 0..N-1; default 20 seeds at 8192 tokens)
 """
 
-import ast
 import asyncio
 import collections
 import contextlib
@@ -18,6 +17,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from recursa.bench.tasks import judge_pairs
@@ -58,11 +58,10 @@ async def main() -> None:
         rule = planner.parse_pair_rule(reply.text, PLAN.labels)
         got = {"plain": plain.text.strip(), "rule": ""}
         if rule:
-            printed = io.StringIO()
-            with contextlib.redirect_stdout(printed):
+            ns["answer"] = {"content": "", "ready": False}
+            with contextlib.redirect_stdout(io.StringIO()):
                 exec(planner.pair_code(rule), ns)
-            value = ast.literal_eval(printed.getvalue().strip().splitlines()[-1])
-            got["rule"] = planner.pairs_answer(value) or ""
+            got["rule"] = planner.committed(SimpleNamespace(answer=ns["answer"])) or ""
         scores = {how: task.score(ans, inst).score for how, ans in got.items()}
         total.update(scores)
         print(f"seed {seed} {inst.meta['condition']} k={inst.meta['k']}: "
