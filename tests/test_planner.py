@@ -283,8 +283,10 @@ def test_after_a_pairs_plan_the_root_writes_a_rule_and_the_repl_builds_the_pairs
         tmp_path, pair, answer):
     root = scripted(PAIRS_PLAN, "FINAL('never reached')", answer="(9, 9)", pair=pair)
     trace = tmp_path / "t.jsonl"
-    res, _ = run(root, context=USERS, trace=trace, query="Which pairs of users ...?")
+    res, sub = run(root, context=USERS, trace=trace, query="Which pairs of users ...?")
     assert (res.status, res.answer, res.turns) == ("final", answer, 2)
+    # the leaves name the sides the other way round from the plan, its first side last
+    assert all("better: negative or positive?" in c[-1]["content"] for c in sub.calls)
     asked = [c for c in root.calls if is_pair_call(c)][0]
     assert '"positive", "negative"' in asked[0]["content"]
     assert not [c for c in root.calls if is_answer_call(c)]     # the plain call never ran

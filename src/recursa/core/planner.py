@@ -507,8 +507,12 @@ def plan_code(plan: Any, dry: bool) -> str:
             out = "plan_answers"
     elif isinstance(plan, LabelCount | Pairs):
         # a pairs plan's instruction is about the whole job ("label every record, then list
-        # the pairs ..."), not a question one record can answer: its leaves get the sides too
-        question = leaf_question(plan.labels)
+        # the pairs ..."), not a question one record can answer: its leaves get the sides too,
+        # named as label_count names them, the query's own side last: the 1.5B lists that side
+        # first (["complaint", "praise"]), and asked "complaint or praise?" it called nearly
+        # every review a complaint (dev probe: 25 of 40 right; "praise or complaint?" 40 of 40)
+        question = leaf_question(plan.labels if isinstance(plan, LabelCount)
+                                 else plan.labels[::-1])
         body = (f"records = _plan_records(context)\nplan_labels = {r(plan.labels)}\n"
                 f"record_labels = llm_map({r(question)}, records, labels=plan_labels"
                 f"{', dry_run=True' if dry else ''})")
