@@ -4,12 +4,15 @@ model, real sandboxes, the real dispatcher, budget and trace."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from recursa import RLM
-from recursa.core.combinators import LeafType
+from recursa.base.types import Completion
+from recursa.core.combinators import LeafType, yes_score
+from recursa.models.logprobs import first_logprobs
 from recursa.models.replay import ReplayClient
 from recursa.obs.trace import load_events
 
@@ -215,3 +218,69 @@ def test_trace_keeps_the_typed_map_under_its_cell(tmp_path: Path):
     assert cell.kind == "cell"
     assert start.data["op"] == "llm_map" and start.data["type"] == "labels"
     json.dumps(start.data)
+
+
+# ------------------------------------------------------------------ llm_rank
+def test_yes_score_reads_the_first_tokens_logprobs_and_else_the_word():
+    lp = {"Yes": math.log(0.6), "yes": math.log(0.1), "No": math.log(0.2), "The": math.log(0.1)}
+    assert yes_score("Yes", lp) == pytest.approx(math.log(0.7) - math.log(0.2))
+    # without logprobs (a client that gives none): the word itself
+    assert yes_score("Yes.", None) == 1.0 and yes_score("no", None) == -1.0
+    assert yes_score("Maybe", None) == 0.0
+    # logprobs that name neither word fall back to the reply's word too
+    assert yes_score("no", {"The": -0.1}) == -1.0
+
+
+def test_first_logprobs_parses_the_openai_and_llama_cpp_shape():
+    resp = {"choices": [{"logprobs": {"content": [{"token": "Yes", "logprob": -0.02,
+            "top_logprobs": [{"token": "Yes", "logprob": -0.02}, {"token": "No", "logprob": -4.9},
+                             {"token": "bad"}]}]}}]}
+    assert first_logprobs(resp) == {"Yes": -0.02, "No": -4.9}
+    assert first_logprobs({"choices": [{"message": {"content": "Yes"}}]}) is None
+    assert first_logprobs(None) is None
+
+
+def rank_item(messages) -> str:
+    """The item a rank leaf reads ("Text: <item>\nQuestion: ...")."""
+    return messages[-1]["content"].split("\nQuestion: ")[0].removeprefix("Text: ")
+
+
+def _sure(p_yes: dict[str, float]):
+    """A sub-model that says Yes to everything, more or less sure (by the item's first word)."""
+    def reply(messages) -> Completion:
+        if "Question: which?" not in messages[-1]["content"]:      # llm_filter's leaf
+            return Completion(text='"yes"')
+        p = p_yes[rank_item(messages).split()[0]]
+        return Completion(text="Yes", first_logprobs={"Yes": math.log(p),
+                                                      "No": math.log(1 - p)})
+    return reply
+
+
+def test_rank_orders_items_by_how_sure_the_yes_is(tmp_path: Path):
+    """Every item gets a yes (as the 1.5B gives one to every look-alike), so a filter keeps them
+    all; the rank still puts the surest first, asks for one token and its alternatives, and
+    traces the scores."""
+    code = ("items = ['alpha one', 'beta two', 'gamma three', 'delta four']\n"
+            "print(llm_filter('which?', items))\nprint(llm_rank('which?', items))\n"
+            "print(llm_rank('which?', items, k=2))\nprint(llm_rank('which?', items, dry_run=True))")
+    trace = tmp_path / "t.jsonl"
+    shown, client, _ = run_cell(code, _sure({"alpha": 0.6, "beta": 0.9, "gamma": 0.55,
+                                             "delta": 0.7}), trace=trace)
+    assert "['alpha one', 'beta two', 'gamma three', 'delta four']" in shown     # filter: all
+    assert "['beta two', 'delta four', 'alpha one', 'gamma three']" in shown
+    assert "['beta two', 'delta four']\n" in shown
+    assert "'calls': 4" in shown
+    ranks = [o for o in client.options if o.get("logprobs")]
+    assert len(ranks) == 8 and all(o["max_tokens"] == 1 and o["top_logprobs"] == 10
+                                   for o in ranks)
+    end = [e for e in load_events(trace) if e.kind == "combinator" and e.phase == "end"
+           and e.data["op"] == "llm_rank"][0]
+    assert end.data["scores"][1] == pytest.approx(math.log(0.9) - math.log(0.1), abs=1e-3)
+
+
+def test_rank_without_logprobs_orders_by_the_word_and_keeps_failures_last():
+    def reply(messages):
+        t = rank_item(messages)
+        return RuntimeError("down") if t == "c" else ("no" if t == "a" else "yes")
+    shown, _, _ = run_cell("print(llm_rank('q?', ['a', 'b', 'c', 'd']))", reply)
+    assert "['b', 'd', 'a', 'c']" in shown

@@ -54,3 +54,22 @@ def test_the_root_fills_a_valid_plan_and_it_runs(tmp_path: Path):
     for e in events:
         if e.kind == "plan" and e.phase == "point":
             assert e.data["bound"]["calls"] >= 1
+
+
+def test_a_rank_reads_the_local_models_logprobs(tmp_path: Path):
+    """llama.cpp gives the first token's alternatives (logprobs), so the rank's scores are
+    log-odds, not the bare word's +1 / -1, and the one item that answers comes first."""
+    items = ["The cat slept on the warm mat all afternoon.",
+             "Bananas turn yellow as they ripen.",
+             "Paris has been the capital city of France for centuries.",
+             "The train to Leeds leaves at noon."]
+    code = ("ranked = llm_rank('What is the capital of France?', context)\nprint(ranked)\n"
+            "FINAL(ranked[0])")
+    trace = tmp_path / "t.jsonl"
+    res = RLM(model=ReplayClient([f"```repl\n{code}\n```"]), sub_model=MODEL, max_seconds=240,
+              trace_path=trace, preflight=False).completion("rank them", context=items)
+    assert res.answer == items[2], res.answer
+    end = [e for e in load_events(trace) if e.kind == "combinator" and e.phase == "end"][0]
+    scores = end.data["scores"]
+    assert len(scores) == 4 and all(s is not None for s in scores)
+    assert not set(scores) <= {1.0, 0.0, -1.0}, scores       # read from logprobs

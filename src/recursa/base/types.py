@@ -74,6 +74,9 @@ class Completion(BaseModel):
     model: str = ""
     latency_s: float = 0.0
     cached: bool = False                # replayed from the response cache: no model was called
+    # the first reply token's likeliest alternatives (token -> log-probability), when the call
+    # asked for them (`top_logprobs=k`) and the server gives them (llama.cpp, OpenAI)
+    first_logprobs: dict[str, float] | None = None
     raw: Any = Field(default=None, exclude=True, repr=False)
 
 

@@ -1,4 +1,5 @@
-"""Map / filter / reduce over items for the REPL's `llm_map`, `llm_filter` and `llm_reduce`.
+"""Map / filter / rank / reduce over items for the REPL's `llm_map`, `llm_filter`, `llm_rank` and
+`llm_reduce`.
 
 The sandbox sends the items and what it wants (an instruction, a label list or a simple output
 type); the host builds every prompt and every constraint itself, so sandboxed code never passes
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from recursa.base.types import ModelClient
     from recursa.core.dispatch import Dispatcher, Node
 
-KINDS = ("llm_map", "llm_filter", "llm_reduce", "leaf_size")
+KINDS = ("llm_map", "llm_filter", "llm_rank", "llm_reduce", "leaf_size")
 DEFAULT_WINDOW = 32_768      # tokens, for a sub-model that does not say its window
 PROMPT_OVERHEAD = 200        # chat template and instruction lines around a leaf's text
 MAX_ITEMS = 100_000
@@ -288,6 +290,8 @@ async def handle(dispatcher: Dispatcher, kind: str, args: dict[str, Any], node: 
             return {"tokens": leaf_tokens(client), "window": window_of(client)}
         if kind == "llm_reduce":
             return await _reduce(dispatcher, args, node)
+        if kind == "llm_rank":
+            return await _rank(dispatcher, args, node)
         return await _map(dispatcher, kind, args, node)
     except CombinatorError as e:
         return {"error": str(e)}
@@ -319,6 +323,61 @@ async def _map(dispatcher: Dispatcher, kind: str, args: dict[str, Any], node: No
         kept = [i for i, v in enumerate(values) if v == "yes"]
         return {"values": kept, "note": _note(kind, len(items), failed, invalid)}
     return {"values": values, "note": _note(kind, len(items), failed, invalid)}
+
+
+# Asked yes / no whether a sentence answers, the 1.5B says yes to most sentences that share a
+# thing with the question (para_niah dev: no to 45 of 144 look-alikes and filing notes);
+# how sure its yes is tells them apart somewhat better: ranked by the yes's log-odds, the needle
+# came first among 6 look-alikes and 3 notes on 7 of 16 dev seeds, as the leaf below is worded;
+# with the text first and a "---" rule, 1 of 8 (benchmarks/probes/rank_yes.py).
+RANK_PROMPT = ("Text: {item}\nQuestion: {q}\nThe text may use other words for the same things. "
+               "Is it about the very same thing the question asks about, and does it give the "
+               "answer? Reply yes or no.")
+RANK_TOP = 10        # alternatives of the first token asked for
+
+
+def yes_score(text: str, logprobs: dict[str, float] | None) -> float:
+    """log P(yes) - log P(no) from the first token's alternatives; without logprobs (a client
+    that gives none) the reply's own word: +1 yes, -1 no, 0 neither."""
+    if logprobs:
+        p = {"yes": 0.0, "no": 0.0}
+        for token, lp in logprobs.items():
+            word = token.strip().lower()
+            if word in p:
+                p[word] += math.exp(lp)
+        if p["yes"] or p["no"]:
+            return math.log(p["yes"] + 1e-9) - math.log(p["no"] + 1e-9)
+    word = (re.findall(r"[a-z]+", text.lower()) or [""])[0]
+    return 1.0 if word == "yes" else -1.0 if word == "no" else 0.0
+
+
+async def _rank(dispatcher: Dispatcher, args: dict[str, Any], node: Node) -> Any:
+    """One yes / no sub-call per item: its score is how sure the sub-model is that the item
+    answers the question (yes_score); {"values": scores} in the items' order."""
+    from recursa.core.dispatch import Node as _Node
+    items = _items(args.get("items"))
+    client = dispatcher._client(args.get("model"))
+    question = _text(args.get("question"), "the question")
+    prompts = [RANK_PROMPT.format(item=x, q=question) for x in items]
+    sizes = _check_fit(prompts, leaf_tokens(client), "items are")
+    est = _estimate(dispatcher, client, sum(sizes), len(prompts), len(prompts))
+    if args.get("dry_run"):
+        return {"estimate": est.as_dict()}
+    check_budget(dispatcher, est)
+    ev = dispatcher.tracer.emit("combinator", phase="start", parent=node.parent,
+                                depth=node.depth, op="llm_rank", items=len(prompts),
+                                estimate=est.as_dict(), instruction=question[:300], type="rank")
+    inner = _Node(depth=node.depth, parent=ev, role=node.role)
+    opts = {"max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": RANK_TOP}
+    replies = await asyncio.gather(*(dispatcher.sub_call(p, args.get("model"), {}, inner,
+                                                         host_options=opts) for p in prompts))
+    scores = [None if comp is None else round(yes_score(text, comp.first_logprobs), 4)
+              for text, comp in replies]
+    failed = sum(s is None for s in scores)
+    dispatcher.tracer.emit("combinator", id=ev, phase="end", parent=node.parent,
+                           depth=node.depth, op="llm_rank", failed=failed, invalid=0,
+                           scores=scores[:200])
+    return {"values": scores, "note": _note("llm_rank", len(items), failed, 0)}
 
 
 def _max_tokens(args: dict[str, Any]) -> int | None:

@@ -165,6 +165,13 @@ class Dispatcher:
         """One sub-call from sandboxed code: a string answer or an 'Error: ...' string.
         `host_options` are built by the host (a combinator's reply cap and constraint) and
         pass unfiltered; `opts` come from sandboxed code and are filtered."""
+        return (await self.sub_call(prompt, model, opts, node, images, host_options))[0]
+
+    async def sub_call(self, prompt: Any, model: str | None, opts: dict[str, Any], node: Node,
+                       images: Any = None, host_options: dict[str, Any] | None = None
+                       ) -> tuple[str, Completion | None]:
+        """`llm`, with the Completion beside its text (None when the call failed): for a
+        combinator that reads more than the text (`llm_rank`: the first token's logprobs)."""
         t0 = time.time()
         messages = _messages(prompt)
         try:   # images come as JSON forms from the sandbox; the trace keeps hash and size only
@@ -184,7 +191,7 @@ class Dispatcher:
                               prompt_sha256=hashlib.sha256(text_in.encode()).hexdigest()[:16],
                               **traced)
         if bad:
-            return self._fail(ev, node, bad, t0)
+            return self._failed(ev, node, bad, t0)
         messages = img.attach(messages, imgs)
         try:
             client = self._client(model)
@@ -208,17 +215,20 @@ class Dispatcher:
             self._fail(ev, node, f"Error: cancelled{why}", t0)
             raise
         except BudgetExceeded as e:
-            return self._fail(ev, node, f"Error: {e} (no more sub-calls can be made)", t0)
+            return self._failed(ev, node, f"Error: {e} (no more sub-calls can be made)", t0)
         except RecursaError as e:
-            return self._fail(ev, node, f"Error: {e}", t0)
+            return self._failed(ev, node, f"Error: {e}", t0)
         except Exception as e:  # a client bug must not kill the run
-            return self._fail(ev, node, f"Error: {type(e).__name__}: {e}", t0)
+            return self._failed(ev, node, f"Error: {type(e).__name__}: {e}", t0)
         self.tracer.emit("subcall", id=ev, phase="end", parent=node.parent, depth=node.depth,
                          model=comp.model or client.name, response=comp.text,
                          usage=comp.usage.model_dump(), cost_usd=comp.cost_usd,
                          latency_s=round(comp.latency_s, 4), elapsed_s=round(time.time() - t0, 4),
                          **extra, **cache_mark(comp))
-        return comp.text
+        return comp.text, comp
+
+    def _failed(self, ev: str, node: Node, msg: str, t0: float) -> tuple[str, None]:
+        return self._fail(ev, node, msg, t0), None
 
     def _fail(self, ev: str, node: Node, msg: str, t0: float) -> str:
         self.tracer.emit("subcall", id=ev, phase="end", parent=node.parent, depth=node.depth,

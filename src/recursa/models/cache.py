@@ -466,12 +466,12 @@ class CachedClient:
             return Completion(text=hit["text"], usage=Usage(**hit.get("usage") or {}),
                               cost_usd=0.0, model=hit.get("model") or self.name,
                               latency_s=time.perf_counter() - t0, cached=True,
-                              raw=hit.get("raw"))
+                              raw=hit.get("raw"), first_logprobs=hit.get("first_logprobs"))
         self.misses += 1
         comp = await complete_streaming(self.inner, messages, on_delta, **options)
         value = {"text": comp.text, "usage": comp.usage.model_dump(), "model": comp.model,
                  "cost_usd": comp.cost_usd, "latency_s": round(comp.latency_s, 4),
-                 "raw": _raw_json(comp.raw)}
+                 "raw": _raw_json(comp.raw), "first_logprobs": comp.first_logprobs}
         try:   # in a thread: a write may wait on another process's (busy timeout)
             await asyncio.to_thread(self.store.put, key, value, model=self.name)
         except CacheError as e:   # the reply is good: a failed write must not lose it

@@ -7,7 +7,8 @@ and the signal, never the host. The binary is the portable build of `runtime.py`
 Calls go over loopback HTTP to llama.cpp's OpenAI-compatible endpoint with `cache_prompt`, so a
 root turn reuses the KV cache of its earlier turns; the server's slots and host-RAM prompt cache
 keep sub-calls from evicting the root's history. Local-only options: `grammar` (a GBNF string
-constraining the reply), `json_schema`, `top_k`, `min_p`, `repeat_penalty`, `seed`, `ignore_eos`.
+constraining the reply), `json_schema`, `top_k`, `min_p`, `repeat_penalty`, `seed`, `ignore_eos`;
+`logprobs=True, top_logprobs=k` put the first token's alternatives in `Completion.first_logprobs`.
 """
 
 from __future__ import annotations
@@ -38,13 +39,15 @@ from recursa.models._http import httpx
 from . import llama_server
 from .declared import Declares
 from .httppool import LoopPool
+from .logprobs import first_logprobs
 from .streaming import OnDelta, Pieces, StreamCut
 
 log = logging.getLogger("recursa.models")
 
 DEFAULT_MAX_TOKENS = 2048  # a small model that starts rambling should not fill 8k tokens
 _PASS = ("temperature", "stop", "top_p", "top_k", "seed", "repeat_penalty", "min_p",
-         "response_format", "grammar", "json_schema", "id_slot", "ignore_eos")
+         "response_format", "grammar", "json_schema", "id_slot", "ignore_eos", "logprobs",
+         "top_logprobs")
 
 
 class LocalClient(Declares):
@@ -228,7 +231,8 @@ class LocalClient(Declares):
         usage = Usage(input_tokens=u.get("prompt_tokens", 0),
                       output_tokens=u.get("completion_tokens", 0))
         return Completion(text=text, usage=usage, cost_usd=0.0, model=self.name,
-                          latency_s=time.perf_counter() - t0, raw=resp)
+                          latency_s=time.perf_counter() - t0, raw=resp,
+                          first_logprobs=first_logprobs(resp) if body.get("logprobs") else None)
 
     async def astream(self, messages: list[Message], on_delta: OnDelta,
                       **options: Any) -> Completion:

@@ -32,6 +32,7 @@ from recursa.base.types import (
 from recursa.models._http import httpx
 
 from .httppool import LoopPool
+from .logprobs import first_logprobs
 from .pricing import charge
 from .retry import (
     RETRYABLE_STATUSES,
@@ -52,7 +53,8 @@ OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
 # with a warning (sandboxed code may pass options meant for another client).
 _PASSTHROUGH = ("top_p", "seed", "reasoning_effort", "response_format", "presence_penalty",
                 "frequency_penalty", "logit_bias", "user", "service_tier", "verbosity",
-                "prompt_cache_key", "extra_headers", "extra_query")
+                "prompt_cache_key", "extra_headers", "extra_query", "logprobs",
+                "top_logprobs")
 
 # OpenAI reasoning models reject any temperature other than the default.
 _REASONING_MODEL = re.compile(r"^(o\d|gpt-5)")
@@ -179,7 +181,8 @@ class OpenAIClient(HostedClientState):
         usage, cost = self._usage_and_cost(resp)
         return Completion(text=text, usage=usage, cost_usd=cost,
                           model=resp.get("model") or self.model,
-                          latency_s=time.perf_counter() - t0, raw=resp)
+                          latency_s=time.perf_counter() - t0, raw=resp,
+                          first_logprobs=first_logprobs(resp) if kw.get("logprobs") else None)
 
     async def astream(self, messages: list[Message], on_delta: OnDelta,
                       **options: Any) -> Completion:

@@ -102,6 +102,8 @@ class ReplayClient(Declares):
             await asyncio.sleep(self.latency)
         if isinstance(item, BaseException):
             raise item
+        if isinstance(item, Completion):     # a whole reply (with logprobs, say), as given
+            return item
         text = str(item)
         if self.stop:       # as a server does: the reply ends before the first stop string
             ends = [i for i in (text.find(s) for s in options.get("stop") or ()) if i >= 0]

@@ -42,7 +42,7 @@ HELPER_NAMES = (
     "llm_query", "llm_batch", "llm_query_batched",
     "rlm_query", "rlm_batch", "rlm_query_batched",
     "FINAL", "FINAL_VAR", "SHOW_VARS", "Image", "list_images", "search",
-    "chunk", "llm_map", "llm_filter", "llm_reduce", "pairs",
+    "chunk", "llm_map", "llm_filter", "llm_rank", "llm_reduce", "pairs",
 )
 RESERVED_NAMES = frozenset(HELPER_NAMES) | {"context", "answer"}
 
@@ -230,6 +230,7 @@ class Repl:
         h["chunk"] = self.chunk
         h["llm_map"] = self.llm_map
         h["llm_filter"] = self.llm_filter
+        h["llm_rank"] = self.llm_rank
         h["llm_reduce"] = self.llm_reduce
         h["pairs"] = self.pairs
         # A private builtins dict: if user code deletes a helper from globals, the name still
@@ -371,6 +372,20 @@ class Repl:
         res = self._combinator("llm_filter", {"question": question, "items": items,
                                               "dry_run": bool(dry_run), "model": model})
         return res if dry_run else [items[i] for i in res]
+
+    def llm_rank(self, question: Any, items: Any, k: Any = None, dry_run: bool = False,
+                 model: Any = None) -> Any:
+        """The items ordered by how sure a sub-call is that each answers `question`, best
+        first (the `k` best when given): one yes / no call per item, scored by the model's
+        probability of yes where it gives one. Finer than llm_filter when many items look
+        alike (only the sure ones come first)."""
+        items = list(items)
+        res = self._combinator("llm_rank", {"question": question, "items": items,
+                                            "dry_run": bool(dry_run), "model": model})
+        if dry_run:
+            return res
+        order = sorted(range(len(items)), key=lambda i: (res[i] is None, -(res[i] or 0.0), i))
+        return [items[i] for i in order[:None if k is None else int(k)]]
 
     def llm_reduce(self, instruction: Any, items: Any, dry_run: bool = False,
                    max_tokens: Any = None, model: Any = None) -> Any:
