@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 from recursa.base.types import context_window
 
 if TYPE_CHECKING:
-    from recursa.base.types import ModelClient
+    from collections.abc import Callable
+
+    from recursa.base.types import Completion, ModelClient
     from recursa.core.dispatch import Dispatcher, Node
 
 KINDS = ("llm_map", "llm_filter", "llm_rank", "llm_reduce", "leaf_size")
@@ -315,10 +317,11 @@ async def _map(dispatcher: Dispatcher, kind: str, args: dict[str, Any], node: No
     if args.get("dry_run"):
         return {"estimate": est.as_dict()}
     check_budget(dispatcher, est)
-    values, failed, invalid = await _run_leaves(dispatcher, args.get("model"), client, prompts,
-                                                leaf, node, kind, est,
-                                                {"instruction": instruction[:300],
-                                                 "type": leaf.kind})
+    values, failed, invalid = await _run_leaves(dispatcher, args.get("model"), prompts,
+                                                leaf.options(client),
+                                                lambda text, _: leaf.parse(text), node, kind,
+                                                est, {"instruction": instruction[:300],
+                                                      "type": leaf.kind})
     if kind == "llm_filter":
         kept = [i for i, v in enumerate(values) if v == "yes"]
         return {"values": kept, "note": _note(kind, len(items), failed, invalid)}
@@ -351,10 +354,13 @@ def yes_score(text: str, logprobs: dict[str, float] | None) -> float:
     return 1.0 if word == "yes" else -1.0 if word == "no" else 0.0
 
 
+def _score(text: str, comp: Completion | None) -> float | None:
+    return None if comp is None else round(yes_score(text, comp.first_logprobs), 4)
+
+
 async def _rank(dispatcher: Dispatcher, args: dict[str, Any], node: Node) -> Any:
     """One yes / no sub-call per item: its score is how sure the sub-model is that the item
     answers the question (yes_score); {"values": scores} in the items' order."""
-    from recursa.core.dispatch import Node as _Node
     items = _items(args.get("items"))
     client = dispatcher._client(args.get("model"))
     question = _text(args.get("question"), "the question")
@@ -364,19 +370,11 @@ async def _rank(dispatcher: Dispatcher, args: dict[str, Any], node: Node) -> Any
     if args.get("dry_run"):
         return {"estimate": est.as_dict()}
     check_budget(dispatcher, est)
-    ev = dispatcher.tracer.emit("combinator", phase="start", parent=node.parent,
-                                depth=node.depth, op="llm_rank", items=len(prompts),
-                                estimate=est.as_dict(), instruction=question[:300], type="rank")
-    inner = _Node(depth=node.depth, parent=ev, role=node.role)
     opts = {"max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": RANK_TOP}
-    replies = await asyncio.gather(*(dispatcher.sub_call(p, args.get("model"), {}, inner,
-                                                         host_options=opts) for p in prompts))
-    scores = [None if comp is None else round(yes_score(text, comp.first_logprobs), 4)
-              for text, comp in replies]
-    failed = sum(s is None for s in scores)
-    dispatcher.tracer.emit("combinator", id=ev, phase="end", parent=node.parent,
-                           depth=node.depth, op="llm_rank", failed=failed, invalid=0,
-                           scores=scores[:200])
+    scores, failed, _ = await _run_leaves(dispatcher, args.get("model"), prompts, opts, _score,
+                                          node, "llm_rank", est,
+                                          {"instruction": question[:300], "type": "rank"},
+                                          traced_as="scores")
     return {"values": scores, "note": _note("llm_rank", len(items), failed, 0)}
 
 
@@ -397,25 +395,27 @@ def _note(kind: str, n: int, failed: int, invalid: int) -> str | None:
     return f"{kind}: {n} items; " + "; ".join(parts)
 
 
-async def _run_leaves(dispatcher: Dispatcher, model: str | None, client: ModelClient,
-                      prompts: list[str],
-                      leaf: LeafType, node: Node, kind: str, est: Estimate,
-                      info: dict[str, Any]) -> tuple[list[Any], int, int]:
-    """Every prompt as one sub-call, in parallel (the dispatcher's slots bound it), under one
-    traced `combinator` span."""
+async def _run_leaves(dispatcher: Dispatcher, model: str | None, prompts: list[str],
+                      opts: dict[str, Any], read: Callable[[str, Completion | None], Any],
+                      node: Node, kind: str, est: Estimate, info: dict[str, Any],
+                      traced_as: str | None = None) -> tuple[list[Any], int, int]:
+    """Every prompt as one sub-call with the host's `opts`, in parallel (the dispatcher's
+    slots bound it), under one traced `combinator` span; `read` turns a reply (its text, and
+    its Completion, None when the call failed) into the leaf's value, None when it does not
+    fit. `traced_as`: the span's end also keeps the values, under that name."""
     from recursa.core.dispatch import Node as _Node
     ev = dispatcher.tracer.emit("combinator", phase="start", parent=node.parent,
                                 depth=node.depth, op=kind, items=len(prompts),
                                 estimate=est.as_dict(), **info)
     inner = _Node(depth=node.depth, parent=ev, role=node.role)
-    opts = leaf.options(client)
-    texts = await asyncio.gather(*(dispatcher.llm(p, model, {}, inner, host_options=opts)
-                                   for p in prompts))
-    values = [leaf.parse(t) for t in texts]
-    failed = sum(t.startswith("Error:") for t in texts)
+    replies = await asyncio.gather(*(dispatcher.sub_call(p, model, {}, inner, host_options=opts)
+                                     for p in prompts))
+    values = [read(text, comp) for text, comp in replies]
+    failed = sum(text.startswith("Error:") for text, _ in replies)
     invalid = sum(v is None for v in values) - failed
+    shown = {traced_as: values[:200]} if traced_as else {}
     dispatcher.tracer.emit("combinator", id=ev, phase="end", parent=node.parent,
-                           depth=node.depth, op=kind, failed=failed, invalid=invalid)
+                           depth=node.depth, op=kind, failed=failed, invalid=invalid, **shown)
     return values, failed, invalid
 
 
@@ -443,7 +443,8 @@ async def _reduce(dispatcher: Dispatcher, args: dict[str, Any], node: Node) -> A
             groups = [list(range(i, min(i + 2, len(level)))) for i in range(0, len(level), 2)]
         prompts = [leaf_prompt("\n\n---\n\n".join(level[i] for i in g), instruction, leaf)
                    for g in groups]
-        outs, f, _ = await _run_leaves(dispatcher, args.get("model"), client, prompts, leaf,
+        outs, f, _ = await _run_leaves(dispatcher, args.get("model"), prompts,
+                                       leaf.options(client), lambda text, _: leaf.parse(text),
                                        node, "llm_reduce", est,
                                        {"instruction": instruction[:300], "type": "text"})
         failed += f
