@@ -65,6 +65,17 @@ class Usage(BaseModel):
         )
 
 
+class Timing(BaseModel):
+    """How long a server says it spent on a reply (llama.cpp's `timings`): reading the prompt
+    (`prompt_tokens` not taken from its cache, in `prompt_s`) and writing the reply. The
+    machine's own speed, which `recursa.core.pace` uses to say how long a plan will take."""
+
+    prompt_tokens: int = 0
+    prompt_s: float = 0.0
+    output_tokens: int = 0
+    output_s: float = 0.0
+
+
 class Completion(BaseModel):
     """One model response. `cost_usd` is None when the model has no known price."""
 
@@ -77,6 +88,7 @@ class Completion(BaseModel):
     # the first reply token's likeliest alternatives (token -> log-probability), when the call
     # asked for them (`top_logprobs=k`) and the server gives them (llama.cpp, OpenAI)
     first_logprobs: dict[str, float] | None = None
+    timing: Timing | None = None        # the server's own timings, where it gives them
     raw: Any = Field(default=None, exclude=True, repr=False)
 
 
@@ -372,6 +384,9 @@ class Result(BaseModel):
     trace_path: str | None = None
     error: str | None = None
     limit: str | None = None            # which limit ended the run, if one did
+    # the answer rests on part of the work only: "26 of 48 records judged" (a map cut by
+    # `limit`); None when the work the answer rests on was done in full
+    partial: str | None = None
     run_id: str = ""
     # the passages the answer rests on, checked against the context (recursa.core.sources);
     # sources_verified: None when the answer gave none, True when every one was found, False

@@ -31,6 +31,7 @@ from recursa.base.types import (
     Message,
     ModelError,
     Pricing,
+    Timing,
     Usage,
     model_identity,
 )
@@ -227,11 +228,9 @@ class LocalClient(Declares):
             reason = choices[0].get("finish_reason") if choices else "no choices"
             raise ModelError(f"{self.name} returned no text (finish_reason={reason})",
                              retryable=True)
-        u = resp.get("usage") or {}
-        usage = Usage(input_tokens=u.get("prompt_tokens", 0),
-                      output_tokens=u.get("completion_tokens", 0))
+        usage, timing = _usage(resp.get("usage") or {}, resp.get("timings") or {})
         return Completion(text=text, usage=usage, cost_usd=0.0, model=self.name,
-                          latency_s=time.perf_counter() - t0, raw=resp,
+                          latency_s=time.perf_counter() - t0, raw=resp, timing=timing,
                           first_logprobs=first_logprobs(resp) if body.get("logprobs") else None)
 
     async def astream(self, messages: list[Message], on_delta: OnDelta,
@@ -284,8 +283,8 @@ class LocalClient(Declares):
         if not text.strip():
             raise ModelError(f"{self.name} returned no text (finish_reason={finish})",
                              retryable=True)
-        return Completion(text=text, usage=Usage(input_tokens=usage.get("prompt_tokens", 0),
-                                                 output_tokens=usage.get("completion_tokens", 0)),
+        used, timing = _usage(usage, timings)
+        return Completion(text=text, usage=used, timing=timing,
                           cost_usd=0.0, model=self.name, latency_s=time.perf_counter() - t0,
                           raw={"choices": [{"index": 0, "finish_reason": finish,
                                             "message": {"role": "assistant", "content": text}}],
@@ -308,3 +307,17 @@ class LocalClient(Declares):
         # The server stays up for the next client and run in this process (see stop_all()).
         await self._http.aclose()
         self._server = None
+
+
+def _usage(u: dict[str, Any], timings: dict[str, Any]) -> tuple[Usage, Timing | None]:
+    """Usage (with the prompt tokens the server took from its KV cache) and the server's own
+    timings, from llama.cpp's `usage` and `timings`."""
+    cached = int(timings.get("cache_n") or 0)
+    usage = Usage(input_tokens=u.get("prompt_tokens", 0),
+                  output_tokens=u.get("completion_tokens", 0), cached_tokens=cached)
+    if not timings.get("prompt_ms") and not timings.get("predicted_ms"):
+        return usage, None
+    return usage, Timing(prompt_tokens=int(timings.get("prompt_n") or 0),
+                         prompt_s=float(timings.get("prompt_ms") or 0.0) / 1000,
+                         output_tokens=int(timings.get("predicted_n") or 0),
+                         output_s=float(timings.get("predicted_ms") or 0.0) / 1000)
