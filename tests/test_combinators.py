@@ -202,7 +202,10 @@ def test_combinators_and_preimported_modules_in_the_isolated_sandbox(tmp_path: P
     assert "No user variables defined." in shown   # helpers and modules are not variables
     evs = load_events(trace)
     comb = [e for e in evs if e.kind == "combinator"]
-    assert [e.phase for e in comb] == ["start", "end"]
+    # the span's updates are its progress: the last one says every leaf is done
+    assert [e.phase for e in comb if e.phase != "update"] == ["start", "end"]
+    updates = [e.data for e in comb if e.phase == "update"]
+    assert updates and updates[-1]["done"] == updates[-1]["total"] == 3
     assert comb[0].data["estimate"]["calls"] == 3
     subs = [e for e in evs if e.kind == "subcall" and e.phase == "start"]
     assert len(subs) == 3 and all(e.parent == comb[0].id for e in subs)

@@ -22,16 +22,17 @@ import asyncio
 import json
 import math
 import re
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from recursa.base.types import context_window
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from recursa.base.types import Completion, ModelClient
-    from recursa.core.dispatch import Dispatcher, Node
+    from recursa.core.dispatch import Dispatcher, Node, Partial
 
 KINDS = ("llm_map", "llm_filter", "llm_rank", "llm_reduce", "leaf_size")
 DEFAULT_WINDOW = 32_768      # tokens, for a sub-model that does not say its window
@@ -317,15 +318,15 @@ async def _map(dispatcher: Dispatcher, kind: str, args: dict[str, Any], node: No
     if args.get("dry_run"):
         return {"estimate": est.as_dict()}
     check_budget(dispatcher, est)
-    values, failed, invalid = await _run_leaves(dispatcher, args.get("model"), prompts,
+    values, failed, invalid, partial = await _run_leaves(dispatcher, args.get("model"), prompts,
                                                 leaf.options(client),
                                                 lambda text, _: leaf.parse(text), node, kind,
                                                 est, {"instruction": instruction[:300],
                                                       "type": leaf.kind})
     if kind == "llm_filter":
         kept = [i for i, v in enumerate(values) if v == "yes"]
-        return {"values": kept, "note": _note(kind, len(items), failed, invalid)}
-    return {"values": values, "note": _note(kind, len(items), failed, invalid)}
+        return {"values": kept, "note": _note(kind, len(items), failed, invalid, partial)}
+    return {"values": values, "note": _note(kind, len(items), failed, invalid, partial)}
 
 
 # Asked yes / no whether a sentence answers, the 1.5B says yes to most sentences that share a
@@ -371,11 +372,11 @@ async def _rank(dispatcher: Dispatcher, args: dict[str, Any], node: Node) -> Any
         return {"estimate": est.as_dict()}
     check_budget(dispatcher, est)
     opts = {"max_tokens": 1, "temperature": 0, "logprobs": True, "top_logprobs": RANK_TOP}
-    scores, failed, _ = await _run_leaves(dispatcher, args.get("model"), prompts, opts, _score,
+    scores, failed, _, partial = await _run_leaves(dispatcher, args.get("model"), prompts, opts, _score,
                                           node, "llm_rank", est,
                                           {"instruction": question[:300], "type": "rank"},
                                           traced_as="scores")
-    return {"values": scores, "note": _note("llm_rank", len(items), failed, 0)}
+    return {"values": scores, "note": _note("llm_rank", len(items), failed, 0, partial)}
 
 
 def _max_tokens(args: dict[str, Any]) -> int | None:
@@ -387,36 +388,121 @@ def _max_tokens(args: dict[str, Any]) -> int | None:
     return n
 
 
-def _note(kind: str, n: int, failed: int, invalid: int) -> str | None:
+def _note(kind: str, n: int, failed: int, invalid: int,
+          partial: Partial | None = None) -> str | None:
     if not failed and not invalid:
         return None
-    parts = ([f"{failed} failed (None)"] if failed else []) + \
+    parts = ([f"partial: {partial.describe()}, the others None"] if partial else []) + \
+        ([f"{failed} failed (None)"] if failed else []) + \
         ([f"{invalid} replies did not fit the type (None)"] if invalid else [])
     return f"{kind}: {n} items; " + "; ".join(parts)
+
+
+# A map stops this long before the run's time limit, so that its finished leaves reach the REPL
+# and the cell's own code (counting, printing) runs before the cell is cut: a cut cell loses
+# every value the map had (a demo on a slow machine answered "none" after 26 of 48 leaves).
+STOP_MARGIN_S = 3.0
+STOP_MARGIN_SHARE = 0.1       # ... but never more than this share of the time left at its start
+PROGRESS_EVERY_S = 1.0        # a map's progress update in the trace, at most this often
 
 
 async def _run_leaves(dispatcher: Dispatcher, model: str | None, prompts: list[str],
                       opts: dict[str, Any], read: Callable[[str, Completion | None], Any],
                       node: Node, kind: str, est: Estimate, info: dict[str, Any],
-                      traced_as: str | None = None) -> tuple[list[Any], int, int]:
+                      traced_as: str | None = None
+                      ) -> tuple[list[Any], int, int, Partial | None]:
     """Every prompt as one sub-call with the host's `opts`, in parallel (the dispatcher's
-    slots bound it), under one traced `combinator` span; `read` turns a reply (its text, and
-    its Completion, None when the call failed) into the leaf's value, None when it does not
-    fit. `traced_as`: the span's end also keeps the values, under that name."""
+    slots bound it), under one traced `combinator` span with progress updates (done / total,
+    rate, time left); `read` turns a reply (its text, and its Completion, None when the call
+    failed) into the leaf's value, None when it does not fit. `traced_as`: the span's end also
+    keeps the values, under that name.
+
+    A limit never throws the finished leaves away: near the time limit the map stops, the
+    leaves not done are None, and the map is recorded as partial (`dispatcher.partial`)."""
     from recursa.core.dispatch import Node as _Node
+    from recursa.core.dispatch import Partial
     ev = dispatcher.tracer.emit("combinator", phase="start", parent=node.parent,
                                 depth=node.depth, op=kind, items=len(prompts),
                                 estimate=est.as_dict(), **info)
     inner = _Node(depth=node.depth, parent=ev, role=node.role)
-    replies = await asyncio.gather(*(dispatcher.sub_call(p, model, {}, inner, host_options=opts)
-                                     for p in prompts))
+    tasks = [asyncio.ensure_future(dispatcher.sub_call(p, model, {}, inner, host_options=opts))
+             for p in prompts]
+    progress = _Progress(dispatcher, ev, node, kind, len(tasks))
+    cut = await _until_done_or_deadline(dispatcher, tasks, progress)
+    cut_text = "Error: not run (the map stopped at the time limit)"
+    replies: list[tuple[str, Completion | None]] = [
+        (cut_text, None) if t.cancelled() or t.exception() is not None else t.result()
+        for t in tasks]
     values = [read(text, comp) for text, comp in replies]
     failed = sum(text.startswith("Error:") for text, _ in replies)
     invalid = sum(v is None for v in values) - failed
+    answered = sum(not text.startswith("Error:") for text, _ in replies)
+    limit = "max_seconds" if cut else         dispatcher.ledger.limit_reached() if failed else None
+    partial = Partial(kind, answered, len(tasks), limit) if limit else None
+    if partial is not None:
+        dispatcher.partial.append(partial)
+    progress.update(force=True)
     shown = {traced_as: values[:200]} if traced_as else {}
+    more = {"partial": {"done": answered, "total": len(tasks), "limit": limit}} \
+        if partial else {}
     dispatcher.tracer.emit("combinator", id=ev, phase="end", parent=node.parent,
-                           depth=node.depth, op=kind, failed=failed, invalid=invalid, **shown)
-    return values, failed, invalid
+                           depth=node.depth, op=kind, failed=failed, invalid=invalid,
+                           **more, **shown)
+    return values, failed, invalid, partial
+
+
+async def _until_done_or_deadline(dispatcher: Dispatcher, tasks: Sequence[asyncio.Future[Any]],
+                                  progress: _Progress) -> bool:
+    """Wait for the leaves, updating progress as they finish; at the map's stop time (a
+    margin before the run's time limit) cancel those still running. True when it stopped
+    them."""
+    loop = asyncio.get_running_loop()
+    left = dispatcher.ledger.deadline.left()
+    stop = None if left is None else \
+        loop.time() + left - min(STOP_MARGIN_S, max(0.0, left) * STOP_MARGIN_SHARE)
+    pending: set[asyncio.Future[Any]] = set(tasks)
+    try:
+        while pending:
+            timeout = PROGRESS_EVERY_S if stop is None else \
+                max(0.0, min(PROGRESS_EVERY_S, stop - loop.time()))
+            finished, pending = await asyncio.wait(pending, timeout=timeout,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+            progress.done += len(finished)
+            progress.update()
+            if stop is not None and loop.time() >= stop and pending:
+                return True
+        return False
+    finally:    # stopped, or this cell cancelled: no leaf outlives the map
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+class _Progress:
+    """A map's progress as `combinator` update events: done / total, the rate so far and the
+    time left at that rate (every view shows them: recursa.obs.progress)."""
+
+    def __init__(self, dispatcher: Dispatcher, ev: str, node: Node, kind: str, total: int):
+        self.dispatcher, self.ev, self.node, self.kind, self.total = \
+            dispatcher, ev, node, kind, total
+        self.done = 0
+        self.t0 = time.monotonic()
+        self._last = self.t0
+
+    def update(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < PROGRESS_EVERY_S:
+            return
+        self._last = now
+        elapsed = now - self.t0
+        rate = self.done / elapsed if elapsed > 0 and self.done else None
+        eta = (self.total - self.done) / rate if rate else None
+        self.dispatcher.tracer.emit(
+            "combinator", id=self.ev, phase="update", parent=self.node.parent,
+            depth=self.node.depth, op=self.kind, done=self.done, total=self.total,
+            elapsed_s=round(elapsed, 2), rate_per_s=None if rate is None else round(rate, 3),
+            eta_s=None if eta is None else round(eta, 1))
 
 
 async def _reduce(dispatcher: Dispatcher, args: dict[str, Any], node: Node) -> Any:
@@ -443,12 +529,15 @@ async def _reduce(dispatcher: Dispatcher, args: dict[str, Any], node: Node) -> A
             groups = [list(range(i, min(i + 2, len(level)))) for i in range(0, len(level), 2)]
         prompts = [leaf_prompt("\n\n---\n\n".join(level[i] for i in g), instruction, leaf)
                    for g in groups]
-        outs, f, _ = await _run_leaves(dispatcher, args.get("model"), prompts,
+        outs, f, _, cut = await _run_leaves(dispatcher, args.get("model"), prompts,
                                        leaf.options(client), lambda text, _: leaf.parse(text),
                                        node, "llm_reduce", est,
                                        {"instruction": instruction[:300], "type": "text"})
         failed += f
         level = [o if o is not None else "" for o in outs]
+        if cut is not None:       # a limit: no level above this one can run either
+            return {"values": "\n\n".join(x for x in level if x),
+                    "note": _note("llm_reduce", len(items), failed, 0, cut)}
         if len(level) == 1:
             return {"values": level[0], "note": _note("llm_reduce", len(items), failed, 0)}
 

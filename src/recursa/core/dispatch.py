@@ -27,6 +27,7 @@ from recursa.base.types import (
 )
 from recursa.core.budget import Ledger
 from recursa.core.context import estimate_tokens
+from recursa.core.pace import Pace
 from recursa.obs.trace import Tracer
 
 if TYPE_CHECKING:
@@ -37,6 +38,19 @@ DEFAULT_OUTPUT_RESERVE = 2048   # tokens reserved for a call that sets no max_to
 TRACE_PROMPT_CHARS = 20_000     # a sub-call prompt is traced up to this size (+ its size and hash)
 
 ChildRunner = Callable[["Node", str, Any], Awaitable[str]]
+
+
+@dataclass(frozen=True)
+class Partial:
+    """A map a limit cut short: `done` of its `total` items answered before `limit`."""
+
+    op: str
+    done: int
+    total: int
+    limit: str
+
+    def describe(self, noun: str = "items answered") -> str:
+        return f"{self.done} of {self.total} {noun} before {self.limit}"
 
 
 @dataclass
@@ -99,6 +113,7 @@ class Dispatcher:
         self.sub_client = declared(sub_client)
         # the models sandboxed code may name, by spec
         self.clients = {k: declared(c) for k, c in clients.items()}
+        self.concurrency = concurrency
         self.sem = asyncio.Semaphore(concurrency)
         self.max_depth = max_depth
         self.sub_options = sub_options or {}
@@ -108,6 +123,9 @@ class Dispatcher:
         self.inflight = 0
         self.peak_inflight = 0
         self._cost_seen: dict[str, float] = {}   # dearest call so far, per model without a price
+        self.pace = Pace()              # this machine's measured speed, per model
+        # maps a limit cut short: what their answers rest on (recursa.core.combinators)
+        self.partial: list[Partial] = []
 
     # ------------------------------------------------------------ model calls
     async def call_model(self, client: ModelClient, messages: list[Message], *, role: str,
@@ -151,6 +169,7 @@ class Dispatcher:
                 finally:
                     self.inflight -= 1
             self.ledger.cache_hits += comp.cached
+            self.pace.record(client.name, comp)
             if comp.cost_usd:
                 prev = self._cost_seen.get(client.name, 0.0)
                 self._cost_seen[client.name] = max(prev, comp.cost_usd)

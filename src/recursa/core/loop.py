@@ -68,6 +68,7 @@ from recursa.core.recorder import RunRecorder, TurnSpan, result_from, tree_total
 from recursa.core.search_host import available as search_available
 from recursa.core.search_host import with_search
 from recursa.core.state import Nudge, RunState
+from recursa.core.strategy import choose
 from recursa.obs.streaming import turn_deltas
 from recursa.obs.trace import Tracer
 
@@ -112,7 +113,7 @@ class RunEnv:
     output: OutputSpec | None = None     # the top-level answer's type (recursa.core.output)
     preface: str | None = None    # under the top-level query in its first message (sessions)
     example: bool = True          # the worked example in the system prompt
-    strategy: str = "code"        # code | plan | auto (recursa.core.planner)
+    strategy: str = "auto"        # code | plan | auto (recursa.core.strategy)
     sources: bool = False         # the root is taught to attach sources (recursa.core.sources)
     dispatcher: Dispatcher = field(init=False)
 
@@ -284,12 +285,14 @@ class Run:
 
     async def _begin(self, context: Any) -> Step:
         await self._open(context)
-        if self.depth == 0 and self.env.strategy != "code":
-            from recursa.core import planner  # its plan models: ~12 ms to import
-            # a typed plan runs first; when the root answers from its results, that is all
-            if planner.choose(self.env) == "plan" and \
-                    await planner.run_plan(self, self.description):
-                return await self.close()
+        if self.depth == 0:
+            mode, why = choose(self.env.strategy, self.env.root_client.name)
+            self.rec.note(strategy=mode, strategy_reason=why)
+            if mode == "plan":
+                from recursa.core import planner  # its plan models: ~12 ms to import
+                # a typed plan runs first; when the root answers from its results, that is all
+                if await planner.run_plan(self, self.description):
+                    return await self.close()
         return await self._next(None)
 
     async def _next(self, feedback: str | None) -> Step:
@@ -640,7 +643,9 @@ class Run:
     def _result(self) -> Result:
         st = self.st
         if st.final is not None:
-            status, answer, source = "final", st.final, "final"
+            # an answer from work a limit cut short is not a confirmed one: status limit
+            status = "limit" if st.partial and st.limit else "final"
+            answer, source = st.final, "final"
         else:
             answer = str(st.answer.get("content") or "")
             source = "extraction_turn" if st.extracted and answer else \
@@ -670,6 +675,7 @@ class Run:
                            elapsed_s=round(time.monotonic() - self.t0, 4), error=error,
                            limit=st.limit, parsed=parsed, output_error=output_error,
                            trace_path=self.env.trace_path, sources=st.sources,
+                           partial=st.partial,
                            sources_verified=sources.verdict(st.sources))
 
 

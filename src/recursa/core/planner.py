@@ -80,7 +80,6 @@ class Run(Protocol):
 
     async def run_cell(self, code: str) -> Cell: ...
 
-STRATEGIES = ("code", "plan", "auto")
 PLAN_MAX_TOKENS = 400
 Text = Annotated[str, Field(min_length=1, max_length=300)]
 Label = Annotated[str, Field(min_length=1, max_length=40)]
@@ -235,27 +234,6 @@ def answer_messages(query: str, output: str) -> list[Message]:
             {"role": "user", "content": ANSWER_USER.format(query=query, output=output)}]
 
 
-# ------------------------------------------------------------------ choosing the mode
-def check_strategy(strategy: str) -> str:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-    return strategy
-
-
-_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*b\b", re.I)
-
-
-def choose(env: RunEnv) -> str:
-    """`auto`: plan for small root models (a local model, or a name saying at most 8B
-    parameters), code otherwise. Provisional until the dev split says better."""
-    if env.strategy != "auto":
-        return env.strategy
-    name = env.root_client.name.lower()
-    m = _SIZE.search(name)
-    small = name.startswith("local:") or (m is not None and float(m.group(1)) <= 8)
-    return "plan" if small else "code"
-
-
 def request(env: RunEnv, query: str, description: str) -> tuple[list[dict[str, Any]],
                                                                   dict[str, Any]]:
     """Messages and options of the planning call; the reply is constrained where the client
@@ -380,10 +358,10 @@ def _plan_body(items):
     return items[k:]
 
 def _plan_add(*bounds):
-    out = {"calls": 0, "tokens": 0, "cost_usd": 0.0}
+    out = {"calls": 0, "tokens": 0, "input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0}
     for b in bounds:
-        out["calls"] += b["calls"]
-        out["tokens"] += b["tokens"]
+        for k in ("calls", "tokens", "input_tokens", "output_tokens"):
+            out[k] += b.get(k, 0)
         out["cost_usd"] = None if out["cost_usd"] is None or b["cost_usd"] is None \\
             else out["cost_usd"] + b["cost_usd"]
     return out
@@ -616,9 +594,21 @@ async def run_plan(run: Run, description: str) -> bool:
         env.tracer.emit("plan", id=ev, phase="end", parent=turn.id, depth=run.depth, error=over)
         turn.end(comp, blocks=1)
         return _note(run, over)
+    late = _over_time(env, bound)
+    if late:      # work it would abandon is not started: the run ends here, saying why
+        env.tracer.emit("plan", id=ev, phase="end", parent=turn.id, depth=run.depth, error=late)
+        turn.end(comp, blocks=1)
+        st.limit, st.error = "max_seconds", late
+        return True
+    cut_before = len(env.dispatcher.partial)
     cell = await _cell(run, turn, 1, plan_code(plan, dry=False))
+    cut = env.dispatcher.partial[cut_before:]
+    if cut:       # a limit stopped the map: the answer rests on the part it finished
+        noun = "pieces read" if isinstance(plan, RetrieveRead | TwoHop) else "records judged"
+        st.partial = "; ".join(p.describe(noun) for p in cut)
+        st.limit = cut[-1].limit
     env.tracer.emit("plan", id=ev, phase="end", parent=turn.id, depth=run.depth,
-                    bound=bound, error=cell.error)
+                    bound=bound, error=cell.error, **({"partial": st.partial} if cut else {}))
     turn.end(comp, blocks=2)
     if cell.error:
         return _note(run, f"it failed: {cell.error[-300:]}")
@@ -681,7 +671,8 @@ async def _computed_answer(run: Run, messages: list[Message], schema: dict[str, 
         options["json_schema"] = schema
     try:
         comp = await env.dispatcher.call_model(env.root_client, messages, role="root",
-                                               subcall=False, options=options)
+                                               subcall=False, options=options,
+                                               force=_at_limit(env))
     except (ModelError, BudgetExceeded) as e:
         turn.fail(str(e))
         return False
@@ -716,7 +707,8 @@ async def _answer(run: Run, output: str, sourced: bool = False) -> bool:
     options = {**env.root_options, "temperature": 0.0, "max_tokens": ANSWER_MAX_TOKENS}
     try:
         comp = await env.dispatcher.call_model(env.root_client, messages, role="root",
-                                               subcall=False, options=options)
+                                               subcall=False, options=options,
+                                               force=_at_limit(env))
     except (ModelError, BudgetExceeded) as e:
         turn.fail(str(e))
         return False
@@ -776,6 +768,29 @@ def _over_budget(env: RunEnv, bound: dict[str, Any]) -> str | None:
             ledger.cost_spent + cost > b.max_cost_usd:
         return f"its bound of ${cost:.4f} is over the budget (max_cost_usd)"
     return None
+
+
+def _at_limit(env: RunEnv) -> bool:
+    """A limit stopped the plan's work: its answer call is the run's last-answer turn, admitted
+    in the time and budget kept for that turn (recursa.core.deadline)."""
+    return env.ledger.limit_reached(subcalls=False) is not None
+
+
+def _over_time(env: RunEnv, bound: dict[str, Any]) -> str | None:
+    """Why the plan cannot finish inside the time limit at this machine's measured pace, or
+    None (no limit, nothing measured yet, or it fits)."""
+    left = env.ledger.deadline.left()
+    if left is None:
+        return None
+    model = env.dispatcher.sub_client.name
+    need = env.dispatcher.pace.seconds(
+        model, calls=bound["calls"], input_tokens=bound.get("input_tokens", bound["tokens"]),
+        output_tokens=bound.get("output_tokens", 0), concurrency=env.dispatcher.concurrency)
+    if need is None or need <= left:
+        return None
+    return (f"the plan needs {bound['calls']:,} sub-calls, about {need:,.0f} s at the pace "
+            f"measured on this machine, but the time limit (max_seconds) leaves {max(0, left):,.0f}"
+            " s: it was not started. Raise max_seconds (or set none) for this input")
 
 
 def _note(run: Run, why: str) -> bool:

@@ -110,6 +110,8 @@ class RunRecorder:
                                     answer_source=res.answer_source)
         if res.output_error is not None:
             data["output_error"] = res.output_error
+        if res.partial is not None:
+            data["partial"] = res.partial
         if res.sources:      # checked against the context (recursa.core.sources); the viewer shows them
             data["sources"] = [src.model_dump(exclude_none=True) for src in res.sources]
             data["sources_verified"] = res.sources_verified

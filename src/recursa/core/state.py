@@ -22,6 +22,7 @@ class RunState:
     final: str | None = None
     turns: int = 0
     limit: str | None = None
+    partial: str | None = None    # the answer rests on part of the work ("26 of 48 ...")
     error: Exception | str | None = None
     consecutive_errors: int = 0
     first_user: str = ""
