@@ -307,3 +307,48 @@ def test_python_dash_m_recursa_is_the_command_line():
     bad = subprocess.run([sys.executable, "-m", "recursa", "no-such-command"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "no-such-command" in bad.stderr
+
+
+def _started(trace: Path, text: str, timeout: float = 30.0) -> None:
+    import time
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if trace.exists() and text in trace.read_text():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no {text!r} in the trace in {timeout} s")
+
+
+def test_a_run_stopped_by_sigterm_or_a_closed_terminal_ends_its_trace_and_prints_its_draft(
+        tmp_path: Path):
+    """SIGTERM and SIGHUP (the terminal closed) stop a run as Ctrl-C does: the trace gets the
+    run's final and end events, and the draft answer is printed."""
+    import signal
+    for sig, status in ((signal.SIGTERM, 143), (signal.SIGHUP, 129)):
+        model = script(tmp_path, ['```repl\nanswer["content"] = "a draft"\n```',
+                                  '```repl\nimport time\ntime.sleep(60)\n```'])
+        trace = tmp_path / f"t{sig}.jsonl"
+        p = subprocess.Popen(BIN + ["run", "q", "--context", "-", "--model", model,
+                                    "--trace", str(trace), "--sandbox", "local"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        assert p.stdin is not None
+        p.stdin.write(b"some context")
+        p.stdin.close()
+        _started(trace, "time.sleep")       # the second cell is running
+        p.send_signal(sig)
+        p.stdin = None       # written and closed above
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == status, err.decode()
+        assert out.decode().strip() == "a draft"
+        assert signal.Signals(sig).name in err.decode()
+        kinds = [json.loads(x)["kind"] for x in trace.read_text().splitlines()]
+        assert "final" in kinds and kinds[-1] == "run"
+
+
+def test_without_a_terminal_a_long_run_prints_a_status_line_every_few_seconds(tmp_path: Path):
+    model = script(tmp_path, ['```repl\nimport time\ntime.sleep(7)\nFINAL("done")\n```'])
+    p = run(["run", "q", "--context", "-", "--model", model], stdin=b"x")
+    assert p.returncode == 0, p.stderr.decode()
+    beats = [x for x in p.stderr.decode().splitlines() if x.startswith("turn 1 ")]
+    assert len(beats) >= 1, p.stderr.decode()     # a heartbeat while the cell ran

@@ -173,16 +173,20 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         elif not a.quiet:
             from recursa.obs.console import ConsoleView
             view = ConsoleView(stderr_console(), budget=opts.limits())
+        last = LastAnswer()
         rlm = opts.build(trace_path=trace, trace_dir=None if trace else a.trace_dir,
-                         sinks=[view] if view else None, preflight=False, sources=a.sources)
+                         sinks=[view, last] if view else [last], preflight=False,
+                         sources=a.sources)
     except (RecursaError, ValueError, TypeError, OSError) as e:
         notes.error(plain_error(e))
         return EXIT_USAGE
     import asyncio
     try:
-        res = asyncio.run(rlm.acompletion(a.query, context, output=output))
+        res = asyncio.run(until_signal(rlm.acompletion(a.query, context, output=output)))
     except KeyboardInterrupt:
-        return _interrupted(view, rlm, notes)
+        return _interrupted(view, last, rlm, notes, EXIT_INTERRUPTED)
+    except Stopped as e:
+        return _interrupted(view, last, rlm, notes, 128 + e.signum, f"stopped by {e.name}")
     except (RecursaError, ValueError) as e:
         notes.error(plain_error(e))
         return EXIT_USAGE
@@ -207,7 +211,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
                   f"tokens {tokens:,}  cost {cost}  {res.elapsed_s:.1f}s"
                   + (f"  trace {escape(res.trace_path)}" if res.trace_path else "") + "[/]")
         if res.status == "limit":
-            stderr_console().print(f"[yellow]stopped at limit {res.limit}; answer extracted at the end[/]")
+            stderr_console().print(f"[yellow]{escape(limit_line(res))}[/]")
     if res.status == "error":
         notes.error(f"run failed: {res.error}")
     if output is not None and res.parsed is None:
@@ -216,20 +220,87 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
     return EXIT_CODES.get(res.status, EXIT_ERROR)
 
 
-def _interrupted(view: Any, rlm: Any, notes: Notices) -> int:
+def limit_line(res: Any) -> str:
+    """What a run stopped by a limit says: which limit, and what its answer rests on."""
+    if res.partial:
+        return f"stopped at limit {res.limit}; partial: the answer rests on {res.partial}"
+    if res.error:
+        return f"stopped at limit {res.limit}: {res.error}"
+    if res.answer:
+        return f"stopped at limit {res.limit}; answer extracted at the end"
+    return f"stopped at limit {res.limit}; no answer"
+
+
+class LastAnswer:
+    """A sink that keeps the top-level run's `final` event: what a run stopped by a signal
+    answered (the run writes it, and its trace's end, while it is cancelled)."""
+
+    def __init__(self) -> None:
+        self.final: dict[str, Any] = {}
+
+    def emit(self, ev: Any) -> None:
+        if ev.kind == "final" and ev.depth == 0:
+            self.final = dict(ev.data)
+
+    def close(self) -> None:
+        pass
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGHUP (a closed terminal) stopped the run."""
+
+    def __init__(self, signum: int):
+        import signal
+        self.signum, self.name = signum, signal.Signals(signum).name
+        super().__init__(self.name)
+
+
+async def until_signal(work: Any) -> Any:
+    """Await `work`; SIGTERM and SIGHUP cancel it like Ctrl-C does, so the run still ends its
+    trace and keeps its partial answer, then raise Stopped. Only the command line does this:
+    a library import never installs signal handlers."""
+    import asyncio
+    import signal
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(work)
+    got: list[int] = []
+
+    def stop(signum: int) -> None:
+        got.append(signum)
+        task.cancel()
+    sigs = [s for s in (signal.SIGTERM, signal.SIGHUP) if hasattr(signal, s.name)]
+    for sig in sigs:
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if got:
+            raise Stopped(got[0]) from None
+        raise
+    finally:
+        for sig in sigs:
+            loop.remove_signal_handler(sig)
+
+
+def _interrupted(view: Any, last: LastAnswer, rlm: Any, notes: Notices, status: int,
+                 why: str = "interrupted") -> int:
     from recursa.obs.console import ConsoleView
-    if isinstance(view, ConsoleView):
+    if view is not None:
         view.close()
-        last = view.last_answer or {}
-        notes.warn("interrupted: " + view.summary())
-        if last.get("answer"):
-            print(last["answer"])
-            notes.warn("(partial answer above)")
-    else:
-        notes.warn("interrupted")
-    where = rlm.trace_path or (rlm.trace_dir and f"{rlm.trace_dir}/run-*.jsonl (the newest)")
-    notes.info(f"trace: {where or '(none: pass --trace)'}")
-    return EXIT_INTERRUPTED
+    try:     # a closed terminal: what cannot be printed is still in the trace
+        notes.warn(why + (": " + view.summary() if isinstance(view, ConsoleView) else ""))
+        answer = last.final.get("answer") or ""
+        if answer:
+            print(answer, flush=True)
+            partial = last.final.get("partial")
+            notes.warn("(partial answer above" + (f": it rests on {partial})" if partial
+                                                  else ")"))
+        where = rlm.trace_path or (rlm.trace_dir and
+                                   f"{rlm.trace_dir}/run-*.jsonl (the newest)")
+        notes.info(f"trace: {where or '(none: pass --trace)'}")
+    except OSError:
+        pass
+    return status
 
 
 def cmd_models(a: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from recursa.base import types as _types
 from recursa.base.types import Event
+from recursa.obs.progress import MapProgress
 
 if TYPE_CHECKING:
     from recursa.base.types import Result
@@ -216,6 +217,8 @@ class NotebookProgress:
                 st["subcalls"] += 1
             elif ev.kind == "child" and ev.phase == "start":
                 st["children"] += 1
+            elif ev.kind == "combinator":
+                st.setdefault("maps", MapProgress()).feed(ev)
             # a turn's usage arrives in its update (as soon as the model answered) or, for a
             # turn without one (the last-answer turn), in its end; a sub-call's in its end
             counted = st.setdefault("counted", set())
@@ -245,6 +248,9 @@ class NotebookProgress:
                  ("cost", _fmt_cost(st["cost"])), ("time", f"{ev.t - st['t0']:.1f} s")]
         if st["children"]:
             facts.insert(2, ("child RLMs", str(st["children"])))
+        mapping = st["maps"].line() if "maps" in st and not done else ""
+        if mapping:
+            facts.append(("map", mapping))
         query = _escape(st["query"].strip().splitlines()[0][:120]) if st["query"] else ""
         return (f'<div class="recursa-progress" style="{_CSS}">{_badge(st["status"])} '
                 f'<span style="color:#57606a">{_facts(facts)}</span>'

@@ -7,6 +7,7 @@ from typing import Any
 
 from recursa.base.types import Event, ModelClient, Result
 from recursa.core.budget import Budget
+from recursa.obs.progress import MapState
 
 LIMIT_FIELDS = tuple(Budget.model_fields)
 REPLAY_FILE_PREFIX = "replay-file:"
@@ -182,6 +183,9 @@ class Progress:
                 u = d.get("usage") or {}
                 n = int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
                 line = f"sub-call to {d.get('model', '?')}: {n} tokens"
+        elif ev.kind == "combinator" and ev.phase == "update":
+            line = MapState(str(d.get("op", "map")), int(d.get("total", 0)),
+                            int(d.get("done", 0)), d.get("rate_per_s"), d.get("eta_s")).line()
         elif ev.kind == "child" and ev.phase == "start":
             line = "child RLM started"
         elif ev.kind == "child" and ev.phase == "end":
