@@ -38,7 +38,10 @@ def run_one(case: Case, a: argparse.Namespace) -> bool:
     print(f"query:   {case.query}\n")
     view = ConsoleView()
     local = a.model.startswith("local:")
+    # bounded by calls and tokens, not wall time: the same run is right on a machine half as
+    # fast (a 170 s limit tuned on one machine cut the map halfway on a slower one)
     rlm = RLM(model=a.model, max_iterations=6, max_output_chars=2000, max_seconds=a.max_seconds,
+              max_subcalls=a.max_subcalls, max_tokens=a.max_tokens,
               model_options={"temperature": 0.0, "max_tokens": 400},
               sub_model_options={"temperature": 0.0, "max_tokens": 200},
               client_options={"n_ctx": WINDOW} if local else None,
@@ -49,7 +52,12 @@ def run_one(case: Case, a: argparse.Namespace) -> bool:
     right = case.check(res.answer)
     gold = ", ".join(f"{s} {n}" for s, n in sorted(case.complaints.items(), key=lambda x: -x[1]))
     print(f"answer:    {res.answer.strip()[:600]}")
-    print(f"status:    {res.status} (ready={res.ready})")
+    print(f"status:    {res.status} (ready={res.ready})"
+          + (f"; stopped at {res.limit}" if res.limit else ""))
+    if res.partial:
+        print(f"partial:   the answer rests on {res.partial}")
+    if res.error:
+        print(f"why:       {res.error}")
     print(f"right:     {'yes' if right else 'no'} under the strict judge (unhappy customers by "
           f"shop, judged when the reviews were written: {gold}; naming another shop, or "
           "several, is wrong)")
@@ -68,8 +76,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, nargs="+", default=[TEST_SEEDS_FROM])
     ap.add_argument("--strategy", default="plan", choices=["plan", "code", "auto"])
     ap.add_argument("--model", default="local:qwen2.5-coder-1.5b")
-    ap.add_argument("--max-seconds", type=float, default=170,
-                    help="each run's time limit (on an idle 2-core machine it takes ~2 minutes)")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="each run's time limit (default none: the run is bounded by calls and "
+                    "tokens; with a limit, a plan that cannot finish in time is not started)")
+    ap.add_argument("--max-subcalls", type=int, default=400)
+    ap.add_argument("--max-tokens", type=int, default=120_000)
     a = ap.parse_args()
     right = 0
     for i, seed in enumerate(a.seed):

@@ -381,15 +381,14 @@ def test_plan_schema_accepts_every_plan_and_parse_reads_wrapped_replies():
 
 
 def test_auto_picks_plan_for_small_models_only():
-    class Env:
-        strategy = "auto"
-
-        def __init__(self, name):
-            self.root_client = ReplayClient([], name=name)
-    assert pl.choose(Env("local:qwen2.5-coder-1.5b")) == "plan"
-    assert pl.choose(Env("openai:qwen2.5-7b-instruct")) == "plan"
-    assert pl.choose(Env("openai:gpt-5")) == "code"
-    assert pl.choose(Env("openai:llama-70b")) == "code"
+    from recursa.core.strategy import choose
+    assert choose("auto", "local:qwen2.5-coder-1.5b")[0] == "plan"
+    assert choose("auto", "openai:qwen2.5-7b-instruct")[0] == "plan"
+    assert choose("auto", "openai:gpt-5")[0] == "code"
+    assert choose("auto", "openai:llama-70b")[0] == "code"
+    assert choose("code", "local:qwen2.5-coder-1.5b") == ("code", "asked for")
+    # the library's default is auto: a user who gives no strategy gets the mode for the model
+    assert RLM(model=ReplayClient([])).strategy == "auto"
     with pytest.raises(ValueError, match="strategy must be one of"):
         RLM(model=ReplayClient([]), strategy="planned")
 

@@ -141,10 +141,10 @@ OPTIONS: tuple[Opt, ...] = (
         "output tokens: IN/OUT for --model (and --sub-model if not given), MODEL=IN/OUT for "
         "another; repeatable", {"type": parse_price, "action": "append",
                                 "metavar": "[MODEL=]IN/OUT"}),
-    Opt("strategy", ("--strategy",), "how the root works: code (free-form code, default), plan "
-        "(it fills a typed plan the runtime runs with a known bound first) or auto (plan for "
-        "small models)", {"choices": ("code", "plan", "auto"), "default": "code",
-                          "metavar": "MODE"}),
+    Opt("strategy", ("--strategy",), "how the root works: auto (the default: plan for small "
+        "root models such as a local one, code for large ones), code (free-form code) or plan "
+        "(it fills a typed plan the runtime runs with a known bound first)",
+        {"choices": ("auto", "code", "plan"), "default": "auto", "metavar": "MODE"}),
     Opt("cache", ("--cache",), "cache model replies (in PATH, or the default cache file); "
         "off unless given", {"nargs": "?", "const": True, "metavar": "PATH"}),
 )
@@ -177,7 +177,7 @@ class RLMOptions:
     n_ctx: int | None = None
     prices: list[tuple[str | None, float, float]] | None = None
     cache: bool | str | None = None
-    strategy: str = "code"
+    strategy: str = "auto"
 
     # ------------------------------------------------------------ argparse
     @staticmethod

@@ -158,7 +158,11 @@ def method_configs(a: argparse.Namespace, opts: Any) -> tuple[list[Any], list[st
             subcall_concurrency=opts.subcall_concurrency, client_options=client_options,
             model_options=opts.model_options(), window_tokens=window,
             chunk_tokens=a.chunk_tokens, passage_tokens=a.passage_tokens, tips=a.tips,
-            cache=opts.cache, worked_example=worked_example, strategy=opts.strategy))
+            cache=opts.cache, worked_example=worked_example,
+            # a bench method names its mode ("rlm" is code mode, "rlm-plan" or "rlm-auto"
+            # the others): the library's default, auto, would make a row's method depend on
+            # the model
+            strategy="code" if opts.strategy == "auto" else opts.strategy))
     return configs, baselines
 
 

@@ -66,8 +66,9 @@ class RLM:
     reserved inside it (recursa.core.deadline). `last_turn_seconds`: that turn's time (default: a
     quarter of `max_seconds`, at most 60 s; never more than half of it), and its own timeout
     (without `max_seconds`, the only one besides the client's).
-    `strategy`: "code" (free-form code, the default), "plan" (the root first fills a typed plan
-    the runtime runs with a known bound: recursa.core.planner) or "auto" (plan for small models).
+    `strategy`: "auto" (the default: plan for small root models, code for the rest;
+    recursa.core.strategy), "code" (free-form code) or "plan" (the root first fills a typed plan
+    the runtime runs with a known bound: recursa.core.planner).
     `example=False` leaves the worked example out of the system prompt.
     `sources=True` teaches the root to attach the passages its answer rests on
     (`FINAL(answer, sources=[...])`); sources a run's answer carries are checked against the
@@ -95,7 +96,7 @@ class RLM:
                  cache: bool | str | os.PathLike[str] | ResponseCache | None = None,
                  cache_nondeterministic: bool = False,
                  prices: Mapping[str, Any] | None = None, preflight: bool = True,
-                 strategy: str = "code", example: bool = True, sources: bool = False,
+                 strategy: str = "auto", example: bool = True, sources: bool = False,
                  **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
@@ -145,10 +146,8 @@ class RLM:
             from recursa.models.cache import open_cache
             self.cache = open_cache(cache)
         self.cache_nondeterministic = cache_nondeterministic
-        self.strategy = "code"
-        if strategy != "code":      # the planner's plan models cost ~4 ms to build
-            from recursa.core.planner import check_strategy
-            self.strategy = check_strategy(strategy)
+        from recursa.core.strategy import check_strategy
+        self.strategy = check_strategy(strategy)
         self.example = bool(example)
         self.sources = bool(sources)
         # shown under the query in the root's first message (a session's earlier Q&A)

@@ -43,9 +43,9 @@ from starlette.types import Receive, Scope, Send
 from recursa.base.images import Image, ImageError, from_content_part, sniff
 from recursa.base.types import ContextError, Event, ModelClient, RecursaError, Result
 from recursa.core.budget import Budget
-from recursa.core.planner import STRATEGIES
 from recursa.core.preflight import PreflightError
 from recursa.core.rlm import RLM
+from recursa.core.strategy import STRATEGIES
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
 from recursa.server.guard import RequestGuard, RequestPolicy
 from recursa.server.paste import SHORT, split_document, tagged_context
