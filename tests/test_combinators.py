@@ -11,7 +11,7 @@ import pytest
 
 from recursa import RLM
 from recursa.base.types import Completion
-from recursa.core.combinators import LeafType, yes_score
+from recursa.core.combinators import LeafType, leaf_item, yes_score
 from recursa.models.logprobs import first_logprobs
 from recursa.models.replay import ReplayClient
 from recursa.obs.trace import load_events
@@ -26,7 +26,7 @@ def is_root(messages) -> bool:
 
 def sub_text(messages) -> str:
     """The item a leaf reads (the text before the instruction)."""
-    return messages[-1]["content"].split("\n\n---\n")[0]
+    return leaf_item(messages[-1]["content"])
 
 
 def run_cell(code: str, sub=None, *, name: str = "local:fake", window: int | None = None,
@@ -56,10 +56,23 @@ def test_map_with_labels_is_constrained_parsed_and_counted_by_code():
     assert "Counter({'positive': 8, 'negative': 4})" in shown
     subs = client.options
     assert len(subs) == 12
-    # the host built the constraint: llama.cpp's json_schema with the label set, a tiny cap
-    assert all(o["json_schema"] == {"type": "string", "enum": ["positive", "negative"]}
+    # the host built the constraint: labels whose first letters differ are one reply token
+    # under llama.cpp's grammar of the bare labels (the leaf costs no decoding step more)
+    assert all(o["grammar"] == 'root ::= "positive" | "negative"' and o["max_tokens"] == 1
                for o in subs)
-    assert all(o["max_tokens"] < 20 for o in subs)
+
+
+def test_labels_that_share_a_first_letter_are_a_json_schema_and_a_token_names_its_label():
+    def sub(messages):
+        return "neutral" if "awful" in sub_text(messages) else '"negative"'
+    code = ("print(llm_map('Tone?', context.splitlines()[:3], labels=['negative', 'neutral']))")
+    shown, client, _ = run_cell(code, sub)
+    assert "['negative', 'negative', 'neutral']" in shown
+    assert all(o["json_schema"] == {"type": "string", "enum": ["negative", "neutral"]}
+               and o["max_tokens"] < 20 for o in client.options)
+    leaf = LeafType.of(labels=["praise", "complaint"])
+    assert [leaf.parse(t) for t in ("pr", "compl", "Praise", "x")] == \
+        ["praise", "complaint", "praise", None]
 
 
 def test_replies_out_of_the_set_become_none_and_are_reported():
@@ -145,7 +158,7 @@ def test_chunk_sizes_overlap_and_default_from_the_window():
 def test_filter_reduce_and_pairs():
     def sub(messages):
         t = messages[-1]["content"]
-        if "Question about the text above" in t:
+        if "Question about the text:" in t:
             return "yes" if "awful" in sub_text(messages) else "no"
         return f"summary of {t.count('User')} users"
     code = ("bad = llm_filter('Is this a complaint?', context.splitlines())\n"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from recursa import RLM
 from recursa.base.types import Completion, Timing, Usage
+from recursa.core.combinators import leaf_item
 from recursa.core.pace import Pace
 from recursa.models.replay import ReplayClient
 from recursa.obs.trace import load_events
@@ -35,7 +36,7 @@ def _root(plan: dict, count: str = '{"op": "how_many"}', timing: Timing | None =
 
 
 def _judge(messages) -> str:
-    record = messages[-1]["content"].split("\n\n---\n")[0]   # the record, not the question
+    record = leaf_item(messages[-1]["content"])    # the record, not the question
     return "leaked" if "leaked" in record else "dry"
 
 

@@ -10,6 +10,7 @@ import pytest
 from recursa import RLM
 from recursa.bench.methods import MethodConfig, parse_method
 from recursa.core import planner as pl
+from recursa.core.combinators import leaf_item
 from recursa.core.prompts import system_prompt
 from recursa.models.replay import ReplayClient
 from recursa.obs.trace import load_events
@@ -59,7 +60,7 @@ def scripted(plan: dict | str, *code_turns: str, answer: str = "none",
 
 
 def sentiment(messages) -> str:
-    return "negative" if "awful" in messages[-1]["content"].split("\n\n---\n")[0] else "positive"
+    return "negative" if "awful" in leaf_item(messages[-1]["content"]) else "positive"
 
 
 def run(root, sub=sentiment, context=REVIEWS, trace: Path | None = None,
@@ -193,8 +194,8 @@ def _vault_run(monkeypatch=None):
 
     def sub(messages):
         t = messages[-1]["content"]
-        piece = t.split("\n\n---\n")[0]
-        if "Question about the text above" in t:
+        piece = leaf_item(t)
+        if "Question about the text:" in t:
             return "yes" if "vault" in piece else "no"
         return "4417" if "vault" in piece else "none"
     root = scripted({"plan": "retrieve_read", "question": "What is the vault code?",
@@ -323,7 +324,7 @@ def test_a_record_without_the_id_prefix_is_nobodys_and_unlabelled_ids_meet_no_up
     text = USERS + "\nA note without a user: awful, broken\nUser 6: ???"
 
     def sub(messages):
-        piece = messages[-1]["content"].split("\n\n---\n")[0]
+        piece = leaf_item(messages[-1]["content"])
         return "" if "???" in piece else sentiment(messages)
     root = scripted(PAIRS_PLAN, "FINAL('never reached')", answer="(9, 9)",
                     pair=rule("negative", 0, 0, "negative", 0, 0))
@@ -455,8 +456,8 @@ def test_the_record_question_names_both_sides_opposite_first():
                     "FINAL(str(label_counts['negative']))")
     res, sub = run(root)
     assert res.answer == "10" and len(sub.calls) == 30
-    leaf = sub.calls[0][-1]["content"].split("\n\n---\n")[1]
-    assert "positive or negative?" in leaf
+    leaf = sub.calls[0][-1]["content"]
+    assert leaf.startswith("Which fits the text better: positive or negative?")
     msg = first_code_message(root)
     assert "negative: 10" in msg and "positive: 20" in msg
 
@@ -542,7 +543,7 @@ def test_a_guess_that_search_finds_nothing_for_is_replaced_by_the_question(monke
         t = messages[-1]["content"]
         if t.startswith("Write one short sentence"):
             return "1"                    # the 1.5B obeying "answer with the number only"
-        return "4417" if "vault" in t.split("\n\n---\n")[0] else "none"
+        return "4417" if "vault" in leaf_item(t) else "none"
     root = scripted({"plan": "retrieve_read", "question": "What is the vault code?",
                      "keywords": []}, "FINAL(plan_answers[0])")
     res, _ = run(root, sub=sub, context=text, query="What is the vault code?")
@@ -570,11 +571,11 @@ def test_with_sources_asked_a_retrievals_answer_carries_the_passage_its_reader_a
 
     def sub(messages):
         t = messages[-1]["content"]
-        if "Question about the text above" in t:
-            return "yes" if "wifi" in t.split("\n\n---\n")[0] else "no"
+        if "Question about the text:" in t:
+            return "yes" if "wifi" in leaf_item(t) else "no"
         if t.startswith("Write one short sentence"):
             return "The wifi password is fjord-2291."
-        piece = t.split("\n\n---\n")[0]
+        piece = leaf_item(t)
         return "The password is fjord-2291." if "fjord" in piece else "none"
     root = scripted({"plan": "retrieve_read", "question": "What is the Oslo wifi password?",
                      "keywords": ["wifi"]}, "FINAL('never reached')", answer="fjord-2291")

@@ -438,7 +438,7 @@ def _plan_by_group(name, labels):
         print(f"({missing} records have no field {name!r})")
 
 # every part: asked "who ... and what ...", the 1.5B answered with a name alone
-_PLAN_READ = (" Answer every part of the question from the text above in one short sentence, "
+_PLAN_READ = (" Answer every part of the question from the text in one short sentence, "
               "or reply 'none' if the text does not say.")
 
 def _plan_retrieve(question, keywords, dry):
@@ -546,7 +546,7 @@ def leaf_question(labels: list[str]) -> str:
     side, so it does not lead (asked "is this a complaint?", the 1.5B says yes to every
     review; asked which of two sides fits, it was right on 37 of 40, dev split)."""
     *head, last = labels
-    return f"Which fits the text above better: {', '.join(head)} or {last}?"
+    return f"Which fits the text better: {', '.join(head)} or {last}?"
 
 
 def describe(plan: Any) -> str:
