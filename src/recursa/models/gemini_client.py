@@ -11,6 +11,7 @@ The SDK is imported in the constructor, so `import recursa.models` never needs i
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import AsyncGenerator
 from typing import Any, Unpack
@@ -153,6 +154,8 @@ class GeminiGenerate:
         if isinstance(e, self._errors.APIError):
             return status_error(self.where, int(e.code or 0) or None,
                                 str(e.message or e.status), getattr(e.response, "headers", None))
+        if isinstance(e, json.JSONDecodeError):   # a cut or garbled body: worth another try
+            return ModelError(f"{self.where}: malformed response ({e})", retryable=True)
         # transport errors of whichever HTTP stack the SDK runs on (httpx or aiohttp)
         kind = type(e).__name__
         if isinstance(e, asyncio.TimeoutError | TimeoutError) or "Timeout" in kind:

@@ -161,17 +161,20 @@ class OpenAIChat(ChatWire):
             self.target: Any = httpx.URL(url)
         except Exception:
             self.target = url     # a bad URL is reported by the request
+        headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json",
+                   "Accept": "application/json", "User-Agent": "recursa",
+                   **(default_headers or {})}
         # Keep-alive connections up to `max_connections` (keep it at or above the run's
-        # concurrency, 32 by default, so a batch reuses its connections).
-        self.pool = LoopPool(
-            max_connections=max_connections, client=http_client,
-            tls=not base_url.lower().startswith("http://"),
-            headers={"Authorization": f"Bearer {api_key}", "Content-Type": "application/json",
-                     "Accept": "application/json", "User-Agent": "recursa",
-                     **(default_headers or {})})
+        # concurrency, 32 by default, so a batch reuses its connections); the pool's clients
+        # send `headers`, a caller's client has its own: ours go with each request.
+        self.pool = LoopPool(max_connections=max_connections, client=http_client,
+                             tls=not base_url.lower().startswith("http://"), headers=headers)
+        self._headers = headers if http_client is not None else {}
 
     async def send(self, request: dict[str, Any]) -> dict[str, Any]:
         body, headers, query = _http_args(request)
+        if self._headers:
+            headers = {**self._headers, **headers}
         async with self.pool.lease() as http:
             r = await http.post(self.target, content=body, headers=headers or None,
                                 params=query)
@@ -193,7 +196,8 @@ class OpenAIChat(ChatWire):
         the body."""
         body, headers, query = _http_args(self.streamed(request))
         # no compressed event streams: some proxies buffer those
-        headers = {**headers, "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+        headers = {**self._headers, **headers, "Accept": "text/event-stream",
+                   "Accept-Encoding": "identity"}
         state = ChatStream(self.model)
         async with self.pool.lease() as http, http.stream(
                 "POST", self.target, content=body, headers=headers, params=query) as r:
