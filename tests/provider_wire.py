@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import httpx
 
-try:   # the `openai` and `anthropic` SDKs' fork of httpx: their `http_client=` must be one
+try:   # the fork of httpx recent SDKs use: the `anthropic` SDK's `http_client=` must be one
     import httpx2
 except ImportError:
     httpx2 = None

@@ -63,7 +63,7 @@ async def _close_clients():
 
 def build(prefix: str, fake: WireFake, **options: Any) -> Any:
     """The provider's client over the fake: an httpx AsyncClient, or an httpx2 one where the
-    provider's SDK takes only those (the `openai` and `anthropic` SDKs say so, naming it)."""
+    provider's SDK takes only those (the `anthropic` SDK says so, naming it)."""
     p = provider(prefix)
     assert p is not None
     options.setdefault("retry_base_delay", 0.001)

@@ -152,7 +152,8 @@ class HostedClient(Declares):
                               model=reply.model or self.model,
                               latency_s=time.perf_counter() - t0, raw=reply.raw,
                               first_logprobs=reply.first_logprobs if logprobs else None)
-            self.cache_write_tokens += writes
+            if writes:
+                self.cache_write_tokens += writes
             return comp
 
         return await with_retries(attempt, self.policy, self.stats, what=self.name)
@@ -231,24 +232,30 @@ def _usage(raw: Any, fields: UsageFields, where: str) -> tuple[Usage, int]:
     count is a ModelError naming it (not retryable: the same server answers the same way)."""
     if raw is None:
         return Usage(), 0
-
-    def total(names: tuple[str, ...]) -> int:
-        return sum(_count(raw, name, where) for name in names)
-
-    return Usage(input_tokens=total(fields.input), output_tokens=total(fields.output),
-                 cached_tokens=total(fields.cached)), total(fields.cache_write)
+    counts = [0, 0, 0, 0]
+    for i, names in enumerate(fields):
+        for name in names:
+            counts[i] += _count(raw, name, where)
+    return Usage(input_tokens=counts[0], output_tokens=counts[1],
+                 cached_tokens=counts[2]), counts[3]
 
 
 def _count(raw: Any, name: str, where: str) -> int:
-    value = raw
-    for part in name.split("."):
-        if value is None:
-            break
-        value = value.get(part) if isinstance(value, Mapping) else getattr(value, part, None)
+    if type(raw) is dict and "." not in name:     # the usual case, on every call
+        value = raw.get(name)
+    else:
+        value = raw
+        for part in name.split("."):
+            if value is None:
+                break
+            value = value.get(part) if isinstance(value, Mapping) else \
+                getattr(value, part, None)
     if value is None:
         return 0
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if type(value) is int and value >= 0:
         return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return int(value)
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)
     shown = repr(value)

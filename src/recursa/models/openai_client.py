@@ -89,21 +89,22 @@ class ChatWire:
     def read(self, resp: dict[str, Any]) -> Reply:
         u = resp.get("usage")
         usage = u if isinstance(u, dict) else None   # some servers send none
-        reply = Reply(model=resp.get("model"), usage=usage, raw=resp,
-                      cost_usd=usage.get("cost") if usage else None,   # OpenRouter's charge
-                      first_logprobs=first_logprobs(resp))
+        text, finish, tools, logprobs = "", None, False, None
         choices = resp.get("choices")
-        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
-            return reply
-        choice = choices[0]
-        found = choice.get("message")
-        message: dict[str, Any] = found if isinstance(found, dict) else {}
-        content = message.get("content")
-        if isinstance(content, list):   # content parts, as a few servers send
-            content = "".join(str(p.get("text") or "") for p in content if isinstance(p, dict))
-        return reply._replace(text=content if isinstance(content, str) else "",
-                              finish=choice.get("finish_reason"),
-                              tool_calls=bool(message.get("tool_calls")))
+        if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+            choice = choices[0]
+            found = choice.get("message")
+            message: dict[str, Any] = found if isinstance(found, dict) else {}
+            content = message.get("content")
+            if isinstance(content, list):   # content parts, as a few servers send
+                content = "".join(str(p.get("text") or "") for p in content
+                                  if isinstance(p, dict))
+            text = content if isinstance(content, str) else ""
+            finish, tools = choice.get("finish_reason"), bool(message.get("tool_calls"))
+            logprobs = first_logprobs(resp) if choice.get("logprobs") else None
+        return Reply(text=text, finish=finish, model=resp.get("model"), usage=usage,
+                     cost_usd=usage.get("cost") if usage else None,   # OpenRouter's charge
+                     tool_calls=tools, first_logprobs=logprobs, raw=resp)
 
     def streamed(self, request: dict[str, Any]) -> dict[str, Any]:
         return {**request, "stream": True, "stream_options": {"include_usage": True}}
