@@ -196,9 +196,9 @@ class HostedClient(Declares):
             raise StreamCut(adapter.where, pieces.chars, "it ended with no finish reason")
         if reply.usage is None and "no-stream-usage" not in self._warned:
             self._warned.add("no-stream-usage")
-            log.warning("%s: the stream carried no usage (the server ignores "
-                        "stream_options.include_usage), so streamed calls count no tokens; "
-                        "pass stream=False to this client", self.name)
+            log.warning("%s: the stream carried no usage (an OpenAI-compatible server that "
+                        "ignores stream_options.include_usage?), so streamed calls count no "
+                        "tokens; pass stream=False to this client", self.name)
         return reply, pieces.text if reply.text is None else reply.text
 
     def _cost(self, reply: Reply, usage: Usage, writes: int) -> float | None:
