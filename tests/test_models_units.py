@@ -231,3 +231,24 @@ def test_provider_sdks_are_not_imported_with_recursa():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout.strip()
     assert out == "[]"
+
+
+# ------------------------------------------------------------------ usage of a reply
+def test_usage_fields_are_read_as_token_counts_or_fail_naming_the_field():
+    from types import SimpleNamespace
+
+    from recursa.models.adapter import UsageFields
+    from recursa.models.hosted import _usage
+    fields = UsageFields(input=("in", "extra.read"), output=("out",), cached=("extra.read",),
+                         cache_write=("writes",))
+    raw = {"in": 8, "out": 7.0, "extra": {"read": 3}, "writes": None}
+    assert _usage(raw, fields, "m") == (Usage(input_tokens=11, output_tokens=7,
+                                              cached_tokens=3), 0)
+    obj = SimpleNamespace(**{"in": 1, "out": 2, "extra": SimpleNamespace(read=None)})
+    assert _usage(obj, fields, "m") == (Usage(input_tokens=1, output_tokens=2), 0)
+    assert _usage(None, fields, "m") == (Usage(), 0)
+    for bad in ("12", True, -1, 2.5, [3]):
+        with pytest.raises(ModelError, match=r"model 'x': the reply's usage is malformed: "
+                                             r"out is .*, not a token count") as ei:
+            _usage({"in": 1, "out": bad}, fields, "model 'x'")
+        assert not ei.value.retryable

@@ -1,5 +1,5 @@
-"""Images in contexts and in sub-calls: recognising them, limits, how they cross into the
-sandbox, and how each provider wants them.
+"""Images in contexts and in sub-calls: recognising them, limits, and how they cross into the
+sandbox and into a model call.
 
     from recursa import RLM, Image
     RLM(model=...).completion("What is in the red box?", context=Path("photo.png"))
@@ -10,8 +10,9 @@ and checks each file is whole (PNG/GIF/WebP/JPEG trailers), so a truncated downl
 up front. Pixels are decoded only inside the sandbox, when model-written code crops (Pillow).
 
 Inside a message an image is an OpenAI-style `image_url` content part with a data URL; that is
-what OpenAI-compatible servers take as is, and the other clients convert it here
-(`anthropic_content`, `gemini_parts`). Traces keep only `trace_info` (hash, size, format).
+what OpenAI-compatible servers take as is, and each other provider's adapter converts it
+(`image_of_part` reads one; recursa.models.anthropic_client.anthropic_content,
+recursa.models.gemini_client.gemini_parts). Traces keep only `trace_info` (hash, size, format).
 """
 
 from __future__ import annotations
@@ -365,7 +366,9 @@ def attach(messages: list[dict[str, Any]], images: list[Image]) -> list[dict[str
     return out
 
 
-def _image_of_part(part: Any) -> Image | None:
+def image_of_part(part: Any) -> Image | None:
+    """The image of an OpenAI-style `image_url` content part (a data URL), None for any other
+    part; ImageError for a bad one. What each provider's adapter converts images from."""
     if isinstance(part, dict) and part.get("type") == "image_url":
         url = part.get("image_url")
         url = url.get("url") if isinstance(url, dict) else url
@@ -402,45 +405,13 @@ def content_tokens(content: Any, text_tokens: Callable[[str], int]) -> int:
     for p in content:
         if isinstance(p, dict) and p.get("type") == "image_url":
             try:
-                img = _image_of_part(p)
+                img = image_of_part(p)
                 n += image_tokens(img) if img else 0
             except ImageError:
                 n += 1600
         else:
             n += text_tokens(str(p.get("text", "")) if isinstance(p, dict) else str(p))
     return n
-
-
-def anthropic_content(content: Any) -> Any:
-    """OpenAI-style parts -> Anthropic content blocks (base64 `image` sources)."""
-    if not isinstance(content, list):
-        return content
-    blocks: list[dict[str, Any]] = []
-    for p in content:
-        img = _image_of_part(p)
-        if img is not None:
-            blocks.append({"type": "image", "source": {"type": "base64",
-                                                       "media_type": img.media_type,
-                                                       "data": img.b64()}})
-        elif isinstance(p, dict):
-            text = str(p.get("text", ""))
-            if text:
-                blocks.append({"type": "text", "text": text})
-    return blocks
-
-
-def gemini_parts(content: Any) -> list[dict[str, Any]]:
-    """OpenAI-style parts -> Gemini parts (`inline_data` with the raw bytes)."""
-    if not isinstance(content, list):
-        return [{"text": "" if content is None else str(content)}]
-    parts: list[dict[str, Any]] = []
-    for p in content:
-        img = _image_of_part(p)
-        if img is not None:
-            parts.append({"inline_data": {"mime_type": img.media_type, "data": img.data}})
-        elif isinstance(p, dict) and str(p.get("text", "")):
-            parts.append({"text": str(p.get("text", ""))})
-    return parts or [{"text": ""}]
 
 
 # ============================================================ Pillow for the sandbox

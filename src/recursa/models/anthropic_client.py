@@ -1,33 +1,23 @@
-"""Anthropic's Messages API via the official `anthropic` SDK (async)."""
+"""Anthropic's Messages API via the official `anthropic` SDK (async): the `anthropic:`
+provider, and `bedrock:`'s wire (bedrock_client.py). The adapter writes the request (system
+prompt apart, turns merged, images as base64 blocks, prompt-cache breakpoints) and reads the
+reply; attempts, retries, usage and cost are the shared flow's (hosted.py).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import logging
 import os
-import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import AsyncGenerator
+from typing import Any, Unpack
 
 import anthropic
 
-from recursa.base.images import anthropic_content, has_images
-from recursa.base.types import (
-    Capabilities,
-    Completion,
-    Message,
-    ModelError,
-    Pricing,
-    Usage,
-    model_identity,
-)
+from recursa.base.images import has_images, image_of_part
+from recursa.base.types import Message, ModelError
 
-from .pricing import charge
-from .retry import EmptyResponseError, HostedClientState, model_error_from_sdk, with_retries
-from .streaming import OnDelta, Pieces, StreamCut
-
-log = logging.getLogger("recursa.models")
+from .adapter import Reply, UsageFields, describe, sdk_error
+from .hosted import DEFAULT_TIMEOUT, ClientOptions, HostedClient
 
 _PASSTHROUGH = ("top_p", "top_k", "metadata", "thinking", "service_tier", "extra_headers",
                 "extra_query")
@@ -106,155 +96,120 @@ def add_cache_breakpoints(system: str | None, turns: list[dict[str, Any]]
     return sys_blocks, out
 
 
-class AnthropicClient(HostedClientState):
-    """Same contract and retry policy as OpenAIClient. `max_tokens` defaults to
-    `default_max_tokens` (the API requires one). Usage: input_tokens counts fresh + cache-read +
-    cache-write tokens; cached_tokens the cache reads (`.cache_write_tokens` totals the writes).
-    `prompt_cache` (default on) adds `cache_control` breakpoints: see add_cache_breakpoints."""
+def anthropic_content(content: Any) -> Any:
+    """OpenAI-style parts -> Anthropic content blocks (base64 `image` sources)."""
+    if not isinstance(content, list):
+        return content
+    blocks: list[dict[str, Any]] = []
+    for p in content:
+        img = image_of_part(p)
+        if img is not None:
+            blocks.append({"type": "image", "source": {"type": "base64",
+                                                       "media_type": img.media_type,
+                                                       "data": img.b64()}})
+        elif isinstance(p, dict):
+            text = str(p.get("text", ""))
+            if text:
+                blocks.append({"type": "text", "text": text})
+    return blocks
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 name: str | None = None, max_retries: int = 4, retry_base_delay: float = 0.5,
-                 retry_max_delay: float = 30.0, timeout: float = 600.0,
-                 default_max_tokens: int = 8192, prices: Mapping[str, Any] | None = None,
-                 default_options: dict[str, Any] | None = None, http_client: Any = None,
-                 prompt_cache: bool = True, stream: bool = True) -> None:
+
+class AnthropicMessages:
+    """Adapter: the Messages API through an `anthropic` SDK client (AsyncAnthropic, or
+    AsyncAnthropicBedrock: the same `messages` API). Usage: input_tokens counts fresh +
+    cache-read + cache-write tokens; cached_tokens the cache reads."""
+
+    usage_fields = UsageFields(
+        input=("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"),
+        output=("output_tokens",), cached=("cache_read_input_tokens",),
+        cache_write=("cache_creation_input_tokens",))
+
+    def __init__(self, sdk: Any, model: str, base_url: str, *, prompt_cache: bool = True,
+                 default_max_tokens: int = 8192) -> None:
+        self.sdk = sdk
         self.model = model
-        self.stream = stream          # False: astream never streams (a proxy that buffers SSE)
-        self.price_model = model      # the name prices are looked up by (Bedrock ids differ)
+        self.where = describe(model, base_url)
         self.prompt_cache = prompt_cache
-        self.cache_write_tokens = 0
-        self.name = name or f"anthropic:{model}"
-        api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
-        if not api_key:
-            if base_url is None:
-                raise ValueError(f"{self.name}: no API key (set ANTHROPIC_API_KEY or pass api_key=)")
-            api_key = "EMPTY"
-        self.base_url = base_url or "https://api.anthropic.com"
-        self._init_state(max_retries=max_retries, retry_base_delay=retry_base_delay,
-                         retry_max_delay=retry_max_delay, timeout=timeout, prices=prices,
-                         default_options=default_options)
         self.default_max_tokens = default_max_tokens
-        if http_client is None:   # share one TLS context: see tls.py
-            from .tls import shared_ssl_context
-            http_client = anthropic.DefaultAsyncHttpxClient(verify=shared_ssl_context())
-        # BedrockClient swaps in AsyncAnthropicBedrock: same `messages` API, not a subclass.
-        self._client: anthropic.AsyncAnthropic | anthropic.AsyncAnthropicBedrock = (
-            anthropic.AsyncAnthropic(api_key=api_key, base_url=self.base_url, max_retries=0,
-                                     timeout=timeout, http_client=http_client))
 
-    def __repr__(self) -> str:
-        return f"AnthropicClient({self.name!r}, base_url={self.base_url!r})"
-
-    _counters = frozenset({"cache_write_tokens"})
-
-    def _declare(self) -> Capabilities:
-        # with prompt caching on, input may be billed as cache writes (1.25x): the worst case
-        return Capabilities(
-            max_output_tokens=self.default_options.get("max_tokens"), streaming=self.stream,
-            images=True, pricing=Pricing(model=self.price_model, overrides=self.prices,
-                                         cache_writes=self.prompt_cache),
-            identity=model_identity(self.name, self.model, self.base_url, self.default_options))
-
-    @property
-    def _where(self) -> str:
-        return f"model {self.model!r} at {self.base_url}"
-
-    def _request(self, messages: list[Message], options: dict[str, Any]) -> dict[str, Any]:
-        opts = {**self.default_options, **options}
+    def request(self, messages: list[Message], options: dict[str, Any],
+                timeout: float) -> dict[str, Any]:
         system, turns = split_system(messages)
-        cache = opts.pop("prompt_cache", self.prompt_cache)
         system_arg: Any = system
-        if cache:
+        if options.pop("prompt_cache", self.prompt_cache):
             system_arg, turns = add_cache_breakpoints(system, turns)
         kw: dict[str, Any] = {
-            "model": self.model, "messages": turns,
-            "max_tokens": int(opts.pop("max_tokens", None) or self.default_max_tokens),
-            "timeout": opts.pop("timeout", None) or self.timeout,
-        }
+            "model": self.model, "messages": turns, "timeout": timeout,
+            "max_tokens": int(options.pop("max_tokens", None) or self.default_max_tokens)}
         if system_arg:
             kw["system"] = system_arg
-        stop = opts.pop("stop", None)
+        stop = options.pop("stop", None)
         if stop:
             kw["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
-        extra_body = dict(opts.pop("extra_body", None) or {})
+        extra_body = dict(options.pop("extra_body", None) or {})
         for key in ("temperature", *_PASSTHROUGH):
-            if opts.get(key) is not None:
-                if key in _SDK_PARAMS:
-                    kw[key] = opts.pop(key)
-                else:
-                    extra_body[key] = opts.pop(key)
-            else:
-                opts.pop(key, None)
+            value = options.pop(key, None)
+            if value is not None:
+                (kw if key in _SDK_PARAMS else extra_body)[key] = value
         if extra_body:
             kw["extra_body"] = extra_body
-        self._warn_unknown(opts)
         return kw
 
-    async def complete(self, messages: list[Message], **options: Any) -> Completion:
-        kw = self._request(messages, options)
-        t0 = time.perf_counter()
+    async def send(self, request: dict[str, Any]) -> Any:
+        return await self.sdk.messages.create(**request)
 
-        async def attempt() -> tuple[Any, str]:
-            try:
-                resp = await self._client.messages.create(**kw)
-            except Exception as e:
-                raise model_error_from_sdk(e, anthropic, where=self._where) from e
-            return resp, self._text_of(resp)
+    async def stream(self, request: dict[str, Any]) -> AsyncGenerator[str | Reply, None]:
+        """The SDK's `messages.stream`: its text as it comes, then the final message (usage,
+        stop reason; no stop reason when the stream ended early)."""
+        async with self.sdk.messages.stream(**request) as stream:
+            async for piece in stream.text_stream:
+                yield piece
+            final = await stream.get_final_message()
+        yield self.read(final)
 
-        resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
-        return self._completion(resp, text, t0)
-
-    async def astream(self, messages: list[Message], on_delta: OnDelta,
-                      **options: Any) -> Completion:
-        """`complete`, streamed through the SDK's `messages.stream` helper: text goes to
-        `on_delta(piece, offset)` as it arrives; the final message (usage, stop reason) is the
-        one `complete` would get, so usage and cost are the same."""
-        if not self.stream:
-            return await self.complete(messages, **options)
-        kw = self._request(messages, options)
-        total = float(kw["timeout"])   # the SDK's timeout bounds each read, not the stream
-        t0 = time.perf_counter()
-
-        async def attempt() -> tuple[Any, str]:
-            pieces = Pieces(on_delta)
-            try:
-                async with asyncio.timeout(total), self._client.messages.stream(**kw) as stream:
-                    async for piece in stream.text_stream:
-                        pieces.add(piece)
-                    resp = await stream.get_final_message()
-            except TimeoutError as e:
-                raise ModelError(f"{self._where}: request timed out", retryable=True) from e
-            except Exception as e:
-                err = model_error_from_sdk(e, anthropic, where=self._where)
-                if pieces.chars and err.retryable:
-                    raise StreamCut(self._where, pieces.chars, str(err)) from e
-                raise err from e
-            if resp.stop_reason is None:   # no message_delta: the stream ended early
-                raise StreamCut(self._where, pieces.chars, "it ended with no stop_reason")
-            return resp, self._text_of(resp)
-
-        resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
-        return self._completion(resp, text, t0)
-
-    def _text_of(self, resp: Any) -> str:
-        """The reply's text blocks joined; an empty reply is a (retryable once) error."""
+    def read(self, resp: Any) -> Reply:
         text = "".join(getattr(b, "text", "") for b in (resp.content or [])
                        if getattr(b, "type", None) == "text")
-        if not text.strip():
-            raise EmptyResponseError(
-                f"{self._where} returned no text (stop_reason={resp.stop_reason})")
-        return text
+        return Reply(text=text, finish=resp.stop_reason, model=resp.model, usage=resp.usage,
+                     raw=resp)
 
-    def _completion(self, resp: Any, text: str, t0: float) -> Completion:
-        u = resp.usage
-        read = u.cache_read_input_tokens or 0
-        write = u.cache_creation_input_tokens or 0
-        usage = Usage(input_tokens=(u.input_tokens or 0) + read + write,
-                      output_tokens=u.output_tokens or 0, cached_tokens=read)
-        self.cache_write_tokens += write
-        cost = charge(self.capabilities.pricing, usage, cache_write_tokens=write)
-        return Completion(text=text, usage=usage, cost_usd=cost, model=resp.model or self.model,
-                          latency_s=time.perf_counter() - t0, raw=resp)
+    def error(self, exc: Exception) -> ModelError:
+        return sdk_error(exc, anthropic, self.where)
 
     async def aclose(self) -> None:
-        await self._client.close()
+        await self.sdk.close()
+
+
+class AnthropicClient(HostedClient):
+    """Same contract and retry policy as OpenAIClient. `max_tokens` defaults to
+    `default_max_tokens` (the API requires one). `.cache_write_tokens` totals the prompt-cache
+    writes. `prompt_cache` (default on) adds `cache_control` breakpoints (see
+    add_cache_breakpoints; per call: `prompt_cache=False`). `sdk_client`: an SDK client to
+    send through instead of one made here (BedrockClient's)."""
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
+                 name: str | None = None, default_max_tokens: int = 8192,
+                 http_client: Any = None, prompt_cache: bool = True, sdk_client: Any = None,
+                 **options: Unpack[ClientOptions]) -> None:
+        name = name or f"anthropic:{model}"
+        url = base_url or "https://api.anthropic.com"
+        if sdk_client is None:
+            api_key = api_key or os.environ.get("ANTHROPIC_API_KEY")
+            if not api_key:
+                if base_url is None:
+                    raise ValueError(f"{name}: no API key (set ANTHROPIC_API_KEY or pass "
+                                     "api_key=)")
+                api_key = "EMPTY"
+            if http_client is None:   # share one TLS context: see tls.py
+                from .tls import shared_ssl_context
+                http_client = anthropic.DefaultAsyncHttpxClient(verify=shared_ssl_context())
+            sdk_client = anthropic.AsyncAnthropic(
+                api_key=api_key, base_url=url, max_retries=0,
+                timeout=options.get("timeout", DEFAULT_TIMEOUT), http_client=http_client)
+        self.default_max_tokens = default_max_tokens
+        self._client = sdk_client
+        adapter = AnthropicMessages(sdk_client, model, url, prompt_cache=prompt_cache,
+                                    default_max_tokens=default_max_tokens)
+        # with prompt caching on, input may be billed as cache writes (1.25x): the worst case
+        super().__init__(adapter, name=name, model=model, base_url=url,
+                         cache_writes=prompt_cache, **options)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from recursa.base.extras import MissingExtra
 
 from .anthropic_client import AnthropicClient
+from .hosted import DEFAULT_TIMEOUT, ClientOptions
 
 # us.anthropic.claude-sonnet-4-5-20250929-v1:0 -> claude-sonnet-4-5 (the price table's name)
 _REGION_PREFIX = re.compile(r"^(?:[a-z]{2,6}\.)?anthropic\.")
@@ -51,8 +51,8 @@ class BedrockClient(AnthropicClient):
                  aws_session_token: str | None = None, aws_profile: str | None = None,
                  api_key: str | None = None, base_url: str | None = None,
                  price_model: str | None = None, name: str | None = None,
-                 timeout: float = 600.0, prices: Mapping[str, Any] | None = None,
-                 http_client: Any = None, **opts: Any) -> None:
+                 http_client: Any = None, default_max_tokens: int = 8192,
+                 prompt_cache: bool = True, **options: Unpack[ClientOptions]) -> None:
         name = name or f"bedrock:{model}"
         try:
             import anthropic
@@ -78,24 +78,22 @@ class BedrockClient(AnthropicClient):
             raise ValueError(f"{name}: no AWS credentials (set AWS_ACCESS_KEY_ID and "
                              "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or AWS_BEARER_TOKEN_BEDROCK; "
                              "or pass aws_access_key= and aws_secret_key=)")
-        base_url = base_url or os.environ.get("ANTHROPIC_BEDROCK_BASE_URL")
+        url = (base_url or os.environ.get("ANTHROPIC_BEDROCK_BASE_URL")
+               or f"https://bedrock-runtime.{region}.amazonaws.com")
         if http_client is None:   # share one TLS context: see tls.py
             from .tls import shared_ssl_context
             http_client = anthropic.DefaultAsyncHttpxClient(verify=shared_ssl_context())
-        # Bedrock streams in AWS's binary event-stream framing, which no test here speaks:
-        # off unless asked for (stream=True), so live views show each turn when it ends.
-        opts.setdefault("stream", False)
-        super().__init__(model, base_url=base_url or f"https://bedrock-runtime.{region}"
-                         ".amazonaws.com", api_key="unused", name=name, timeout=timeout,
-                         prices=prices, http_client=http_client, **opts)
-        self.aws_region = region
-        self.price_model = price_model or bedrock_price_name(model)
-        self._client = anthropic.AsyncAnthropicBedrock(
+        sdk = anthropic.AsyncAnthropicBedrock(
             aws_region=region, aws_access_key=aws_access_key if not bearer else None,
             aws_secret_key=aws_secret_key if not bearer else None,
             aws_session_token=aws_session_token if not bearer else None,
-            aws_profile=aws_profile if not bearer else None, api_key=bearer,
-            base_url=self.base_url, max_retries=0, timeout=timeout, http_client=http_client)
-
-    def __repr__(self) -> str:
-        return f"BedrockClient({self.name!r}, region={self.aws_region!r})"
+            aws_profile=aws_profile if not bearer else None, api_key=bearer, base_url=url,
+            max_retries=0, timeout=options.get("timeout", DEFAULT_TIMEOUT),
+            http_client=http_client)
+        self.aws_region = region
+        # Bedrock streams in AWS's binary event-stream framing, which no test here speaks:
+        # off unless asked for (stream=True), so live views show each turn when it ends.
+        options.setdefault("stream", False)
+        super().__init__(model, base_url=url, name=name, default_max_tokens=default_max_tokens,
+                         prompt_cache=prompt_cache, sdk_client=sdk, **options)
+        self.price_model = price_model or bedrock_price_name(model)

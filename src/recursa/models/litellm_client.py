@@ -9,29 +9,15 @@ LiteLLM is imported on the first call, not with recursa: it is large and slow to
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import os
-import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import AsyncGenerator
+from typing import Any, Unpack
 
 from recursa.base.extras import MissingExtra
-from recursa.base.types import (
-    Capabilities,
-    Completion,
-    Message,
-    ModelError,
-    Pricing,
-    Usage,
-    model_identity,
-)
+from recursa.base.types import Message, ModelError
 
-from .pricing import charge
-from .retry import EmptyResponseError, HostedClientState, model_error_from_sdk, with_retries
-from .streaming import OnDelta, Pieces, StreamCut
-
-log = logging.getLogger("recursa.models")
+from .adapter import Reply, UsageFields, describe, sdk_error
+from .hosted import ClientOptions, HostedClient
 
 _PASSTHROUGH = ("top_p", "seed", "reasoning_effort", "response_format", "presence_penalty",
                 "frequency_penalty", "logit_bias", "user", "tools", "tool_choice",
@@ -50,22 +36,118 @@ def _import_litellm(name: str) -> Any:
     return litellm
 
 
-class LiteLLMClient(HostedClientState):
+class LiteLLMCompletion:
+    """Adapter: `litellm.acompletion` (LiteLLM's own retries off: num_retries=0,
+    max_retries=0). LiteLLM maps every provider's errors onto the `openai` SDK's exception
+    classes, so errors are classified as for OpenAI. A reply's `price` is the cost LiteLLM
+    computes from its bundled price map (a 0.0 there counts as no price)."""
+
+    usage_fields = UsageFields(input=("prompt_tokens",), output=("completion_tokens",),
+                               cached=("prompt_tokens_details.cached_tokens",))
+
+    def __init__(self, model: str, *, name: str, base_url: str | None = None,
+                 api_key: str | None = None, http_client: Any = None) -> None:
+        self.model = model
+        self.name = name
+        self.where = describe(model, base_url)
+        self.base_url = base_url
+        self._api_key = api_key
+        self._http_client = http_client
+        self._sdk: Any = None     # the AsyncOpenAI LiteLLM sends through, over `http_client`
+        self._litellm: Any = None
+
+    def _lib(self) -> Any:
+        if self._litellm is None:
+            self._litellm = _import_litellm(self.name)
+        return self._litellm
+
+    def request(self, messages: list[Message], options: dict[str, Any],
+                timeout: float) -> dict[str, Any]:
+        kw: dict[str, Any] = {"model": self.model, "messages": messages, "timeout": timeout,
+                              "num_retries": 0, "max_retries": 0}
+        if self.base_url:
+            kw["api_base"] = self.base_url
+        if self._api_key:
+            kw["api_key"] = self._api_key
+        if self._http_client is not None:
+            kw["client"] = self._openai_sdk()
+        for key in ("max_tokens", "temperature", "stop", *_PASSTHROUGH):
+            value = options.pop(key, None)
+            if value is not None:
+                kw[key] = value
+        return kw
+
+    def _openai_sdk(self) -> Any:
+        """LiteLLM's public seam for a caller's HTTP client: an `openai.AsyncOpenAI` over it,
+        for the OpenAI-compatible routes (`openai/...`)."""
+        if self._sdk is None:
+            import openai
+            self._sdk = openai.AsyncOpenAI(api_key=self._api_key or "EMPTY",
+                                           base_url=self.base_url, max_retries=0,
+                                           http_client=self._http_client)
+        return self._sdk
+
+    async def send(self, request: dict[str, Any]) -> Any:
+        return await self._lib().acompletion(**request)
+
+    async def stream(self, request: dict[str, Any]) -> AsyncGenerator[str | Reply, None]:
+        """LiteLLM's stream (`include_usage`), rebuilt by its `stream_chunk_builder`, so usage
+        and cost are `send`'s."""
+        litellm = self._lib()
+        stream = await litellm.acompletion(**request, stream=True,
+                                           stream_options={"include_usage": True})
+        chunks: list[Any] = []
+        finish = None
+        async for chunk in stream:
+            chunks.append(chunk)
+            for choice in getattr(chunk, "choices", None) or ():
+                delta = getattr(choice, "delta", None)
+                if delta is not None and delta.content:
+                    yield delta.content
+                finish = getattr(choice, "finish_reason", None) or finish
+        whole = litellm.stream_chunk_builder(chunks, messages=request["messages"])
+        yield self.read(whole)._replace(text=None, finish=finish)
+
+    def read(self, resp: Any) -> Reply:
+        choices = getattr(resp, "choices", None) or []
+        message = choices[0].message if choices else None
+        content = message.content if message else None
+        return Reply(text=str(content) if content else "",
+                     finish=choices[0].finish_reason if choices else None,
+                     model=getattr(resp, "model", None), usage=getattr(resp, "usage", None),
+                     price=lambda: self._price(resp), raw=resp)
+
+    def _price(self, resp: Any) -> float | None:
+        try:   # LiteLLM's own price map; raises for models it does not know
+            cost = float(self._lib().completion_cost(completion_response=resp))
+        except Exception:
+            return None
+        return cost or None   # 0.0 there may mean "no price listed": never count that as free
+
+    def error(self, exc: Exception) -> ModelError:
+        import openai
+        return sdk_error(exc, openai, self.where)
+
+    async def aclose(self) -> None:
+        # LiteLLM keeps its own module-level HTTP clients; a caller's is the caller's
+        if self._sdk is not None:
+            await self._sdk.close()
+
+
+class LiteLLMClient(HostedClient):
     """`model` is LiteLLM's `provider/model` string. Credentials are whatever LiteLLM reads for
     that provider (its own env variables), or `api_key=`; `base_url=` becomes `api_base`.
+    `http_client`, an httpx.AsyncClient, carries the requests of the OpenAI-compatible routes
+    (`openai/...`: LiteLLM takes an `AsyncOpenAI` client for those).
 
-    Retries are recursa's (LiteLLM's own are off: num_retries=0, max_retries=0). LiteLLM maps
-    every provider's errors onto the `openai` SDK's exception classes, so errors are classified
-    as for OpenAIClient. Usage includes cached prompt tokens (`prompt_tokens_details`).
+    Retries are recursa's. Usage includes cached prompt tokens (`prompt_tokens_details`).
     Cost: recursa's price table first (by the model part of the name), else the cost LiteLLM
     computes from its bundled price map, else None.
     """
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 name: str | None = None, max_retries: int = 4, retry_base_delay: float = 0.5,
-                 retry_max_delay: float = 30.0, timeout: float = 600.0,
-                 prices: Mapping[str, Any] | None = None,
-                 default_options: dict[str, Any] | None = None, stream: bool = True) -> None:
+                 name: str | None = None, http_client: Any = None,
+                 **options: Unpack[ClientOptions]) -> None:
         if "/" not in model:
             raise ValueError(f"litellm:{model}: LiteLLM models are named PROVIDER/MODEL "
                              f"(e.g. 'litellm:openai/{model}')")
@@ -73,139 +155,12 @@ class LiteLLMClient(HostedClientState):
         if find_spec("litellm") is None:
             raise ValueError(f"litellm:{model}: the LiteLLM client needs litellm: "
                              "pip install 'recursa[litellm]'")
-        self.model = model
-        self.stream = stream          # False: astream never streams
-        self.name = name or f"litellm:{model}"
-        self.base_url = base_url
-        self._api_key = api_key
-        self._init_state(max_retries=max_retries, retry_base_delay=retry_base_delay,
-                         retry_max_delay=retry_max_delay, timeout=timeout, prices=prices,
-                         default_options=default_options)
-        self._litellm: Any = None
-
-    def __repr__(self) -> str:  # never show the key
-        return f"LiteLLMClient({self.name!r}, base_url={self.base_url!r})"
-
-    def _declare(self) -> Capabilities:
+        if http_client is not None and not model.startswith("openai/"):
+            raise ValueError(f"litellm:{model}: http_client= carries only the OpenAI-compatible "
+                             "routes (litellm:openai/MODEL)")
+        name = name or f"litellm:{model}"
         # priced by recursa's table when it knows the model; LiteLLM's own map prices the
         # rest after the call (not declared `reported`: that map may not know the model)
-        return Capabilities(
-            max_output_tokens=self.default_options.get("max_tokens"), streaming=self.stream,
-            images=True, pricing=Pricing(model=self.model, overrides=self.prices),
-            identity=model_identity(self.name, self.model, self.base_url, self.default_options))
-
-    @property
-    def _where(self) -> str:
-        return f"model {self.model!r}" + (f" at {self.base_url}" if self.base_url else "")
-
-    def _request(self, messages: list[Message], options: dict[str, Any]) -> dict[str, Any]:
-        opts = {**self.default_options, **options}
-        kw: dict[str, Any] = {"model": self.model, "messages": messages,
-                              "timeout": opts.pop("timeout", None) or self.timeout,
-                              "num_retries": 0, "max_retries": 0}
-        if self.base_url:
-            kw["api_base"] = self.base_url
-        if self._api_key:
-            kw["api_key"] = self._api_key
-        for key in ("max_tokens", "temperature", "stop", *_PASSTHROUGH):
-            value = opts.pop(key, None)
-            if value is not None:
-                kw[key] = value
-        self._warn_unknown(opts)
-        return kw
-
-    async def complete(self, messages: list[Message], **options: Any) -> Completion:
-        if self._litellm is None:
-            self._litellm = _import_litellm(self.name)
-        litellm = self._litellm
-        kw = self._request(messages, options)
-        t0 = time.perf_counter()
-
-        async def attempt() -> tuple[Any, str]:
-            import openai
-            try:
-                resp = await litellm.acompletion(**kw)
-            except Exception as e:
-                raise model_error_from_sdk(e, openai, where=self._where) from e
-            choices = getattr(resp, "choices", None) or []
-            content = choices[0].message.content if choices and choices[0].message else None
-            if not content or not str(content).strip():
-                why = choices[0].finish_reason if choices else "no choices"
-                raise EmptyResponseError(f"{self._where} returned no text ({why})")
-            return resp, str(content)
-
-        resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
-        usage, cost = self._usage_and_cost(resp)
-        return Completion(text=text, usage=usage, cost_usd=cost,
-                          model=getattr(resp, "model", None) or self.model,
-                          latency_s=time.perf_counter() - t0, raw=resp)
-
-    async def astream(self, messages: list[Message], on_delta: OnDelta,
-                      **options: Any) -> Completion:
-        """`complete`, streamed (`stream=True` with `include_usage`); LiteLLM's
-        `stream_chunk_builder` rebuilds the response, so usage and cost are `complete`'s.
-        A call with `tools=` does not stream."""
-        if options.get("tools") or not self.stream:
-            return await self.complete(messages, **options)
-        if self._litellm is None:
-            self._litellm = _import_litellm(self.name)
-        litellm = self._litellm
-        kw = self._request(messages, options)
-        kw["stream"] = True
-        kw["stream_options"] = {"include_usage": True}
-        total = float(kw["timeout"])
-        t0 = time.perf_counter()
-
-        async def attempt() -> tuple[Any, str]:
-            import openai
-            pieces = Pieces(on_delta)
-            chunks: list[Any] = []
-            finish = None
-            try:
-                async with asyncio.timeout(total):
-                    stream = await litellm.acompletion(**kw)
-                    async for chunk in stream:
-                        chunks.append(chunk)
-                        for choice in getattr(chunk, "choices", None) or ():
-                            if getattr(choice, "delta", None) is not None:
-                                pieces.add(choice.delta.content)
-                            finish = getattr(choice, "finish_reason", None) or finish
-            except TimeoutError as e:
-                raise ModelError(f"{self._where}: request timed out", retryable=True) from e
-            except Exception as e:
-                err = model_error_from_sdk(e, openai, where=self._where)
-                if pieces.chars and err.retryable:
-                    raise StreamCut(self._where, pieces.chars, str(err)) from e
-                raise err from e
-            if finish is None:
-                raise StreamCut(self._where, pieces.chars, "it ended with no finish_reason")
-            if not pieces.text.strip():
-                raise EmptyResponseError(f"{self._where} returned no text ({finish})")
-            return litellm.stream_chunk_builder(chunks, messages=messages), pieces.text
-
-        resp, text = await with_retries(attempt, self.policy, self.stats, what=self.name)
-        usage, cost = self._usage_and_cost(resp)
-        return Completion(text=text, usage=usage, cost_usd=cost,
-                          model=getattr(resp, "model", None) or self.model,
-                          latency_s=time.perf_counter() - t0, raw=resp)
-
-    def _usage_and_cost(self, resp: Any) -> tuple[Usage, float | None]:
-        u = getattr(resp, "usage", None)
-        if u is None:
-            return Usage(), None
-        details = getattr(u, "prompt_tokens_details", None)
-        cached = (getattr(details, "cached_tokens", None) or 0) if details else 0
-        usage = Usage(input_tokens=u.prompt_tokens or 0, output_tokens=u.completion_tokens or 0,
-                      cached_tokens=cached)
-        cost = charge(self.capabilities.pricing, usage)
-        if cost is None:
-            try:   # LiteLLM's own price map; raises for models it does not know
-                cost = float(self._litellm.completion_cost(completion_response=resp))
-            except Exception:
-                cost = None
-            if not cost:   # 0.0 there may mean "no price listed": never count that as free
-                cost = None
-        return usage, cost
-
-    async def aclose(self) -> None:
-        return None   # LiteLLM keeps its own module-level HTTP clients
+        super().__init__(LiteLLMCompletion(model, name=name, base_url=base_url,
+                                           api_key=api_key, http_client=http_client),
+                         name=name, model=model, base_url=base_url, **options)

@@ -1,8 +1,9 @@
 """Model providers by spec prefix: `PREFIX:MODEL` -> a Provider that builds the client.
 
-recursa's own providers are listed once, in providers.py. Another package adds one without
-touching recursa through an entry point in the group `recursa.providers` (see recursa.base.plugins):
-its name is the prefix, its object a `Provider` or just a factory
+recursa's own providers are listed once, in providers.py (with `Provider`, what one is).
+Another package adds one without touching recursa through an entry point in the group
+`recursa.providers` (see recursa.base.plugins): its name is the prefix, its object a
+`Provider` or just a factory
 
     def factory(model: str, *, name: str, **options) -> ModelClient
 
@@ -13,55 +14,18 @@ loaded on first use: naming `openai:...` never reads the other packages' metadat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, Literal, NamedTuple
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from recursa.base.plugins import Registry
 
-Factory = Callable[..., Any]      # (model, *, name, [base_url, api_key, prices], **opts) -> client
+from .providers import BUILTIN, Factory, Provider
 
-
-class Provider(NamedTuple):
-    """One provider: how its clients are built, and what the checks before a run need to know
-    about it before any client exists (recursa.core.preflight).
-
-    `endpoint`: it takes `base_url=` (local and scripted models have none). `default_url` /
-    `url_env`: where it is reached when no base_url is given; `needs_endpoint`: it has no
-    default, so one of them is required. `key_env`: the variables its key may come from (empty:
-    its SDK finds credentials itself); `key_at_default_url_only`: a base_url elsewhere needs no
-    key (an OpenAI-compatible server of one's own). `free`: its calls cost nothing;
-    `reports_cost`: the provider reports each call's cost, so a cost limit holds without a
-    table price. `model_file`: the model is a file on this machine (or a registry name).
-    `structured`: how its clients constrain a reply to a JSON schema. `hints`: how model names
-    meant for it start, to suggest the prefix when one is missing. `needs_model`: a spec
-    without a model name after the prefix is an error."""
-
-    prefix: str
-    factory: Factory
-    description: str = ""
-    endpoint: bool = True
-    default_url: str | None = None
-    url_env: str | None = None
-    needs_endpoint: bool = False
-    key_env: tuple[str, ...] = ()
-    key_at_default_url_only: bool = False
-    free: bool = False
-    reports_cost: bool = False
-    model_file: bool = False
-    structured: Literal["json_schema", "response_format"] | None = None
-    hints: tuple[str, ...] = ()
-    needs_model: bool = True
-
-    def build(self, model: str, *, name: str, base_url: str | None = None,
-              api_key: str | None = None, prices: Any = None, **opts: Any) -> Any:
-        """A client for `model`; only the arguments given reach the factory."""
-        given = {k: v for k, v in (("base_url", base_url), ("api_key", api_key),
-                                   ("prices", prices)) if v is not None}
-        return self.factory(model, name=name, **given, **opts)
+__all__ = ["PROVIDERS", "Factory", "Provider", "is_prefix", "prefixes", "provider",
+           "provider_of", "register_provider", "structured_output"]
 
 
 def _builtins() -> Iterable[tuple[str, Provider]]:
-    from .providers import BUILTIN
     return ((p.prefix, p) for p in BUILTIN)
 
 

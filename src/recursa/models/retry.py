@@ -1,14 +1,14 @@
-"""One retry policy for every HTTP model client: exponential backoff with full jitter.
+"""One retry policy for every hosted model client: exponential backoff with full jitter.
 
-The SDKs' own retries are switched off (`max_retries=0`) so that every retry happens here, is
-counted, honours `Retry-After`, and follows the same rules for OpenAI and Anthropic.
+The SDKs' own retries are switched off (`max_retries=0`) so that every retry happens here (in
+the shared control flow, hosted.py), is counted, honours `Retry-After`, and follows the same
+rules for every provider.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import logging
 import random
 import time
@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from recursa.base.types import ModelError
-
-from .declared import Declares
 
 log = logging.getLogger("recursa.models")
 
@@ -44,42 +42,6 @@ class RetryPolicy:
     max_delay: float = 30.0         # cap of one backoff sleep
     max_retry_after: float = 120.0  # a Retry-After longer than this is not waited for: we give up
     max_empty_retries: int = 1
-
-
-class HostedClientState(Declares):
-    """The state every hosted client keeps the same way: retry policy and counters, timeout,
-    prices, default options and the set of warnings already logged."""
-
-    name: str
-    policy: RetryPolicy
-    stats: RetryStats
-    timeout: float
-    prices: Any
-    default_options: dict[str, Any]
-    _warned: set[str]
-
-    def _init_state(self, *, max_retries: int, retry_base_delay: float, retry_max_delay: float,
-                    timeout: float, prices: Any, default_options: dict[str, Any] | None) -> None:
-        self.policy = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay,
-                                  max_delay=retry_max_delay)
-        self.stats = RetryStats()
-        self.timeout = timeout
-        self.prices = prices
-        self.default_options = dict(default_options or {})
-        self._warned = set()
-
-    def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
-        """Worst-case USD of a call (recursa.models.pricing.estimate of what this client
-        declares); None when the model has no known price."""
-        from .pricing import estimate
-        return estimate(self.capabilities.pricing, input_tokens, output_tokens)
-
-    def _warn_unknown(self, options: Any) -> None:
-        """Log each option this client does not send, once per client."""
-        for key in options:
-            if key not in self._warned:
-                self._warned.add(key)
-                log.warning("%s: ignoring unknown option %r", self.name, key)
 
 
 @dataclass
@@ -179,39 +141,3 @@ async def with_retries(
             log.info("%s failed (%s); retry %d/%d in %.2fs",
                      what, err, retries, policy.max_retries, delay)
             await sleep(delay)
-
-
-def model_error_from_sdk(exc: BaseException, sdk: Any, *, where: str) -> ModelError:
-    """Map an `openai` / `anthropic` SDK exception (same class names in both) to a ModelError.
-
-    `where` names model and base URL, never the API key.
-    """
-    if isinstance(exc, ModelError):
-        return exc
-    if isinstance(exc, sdk.APITimeoutError):
-        return ModelError(f"{where}: request timed out", retryable=True)
-    if isinstance(exc, sdk.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
-        detail = f" ({type(cause).__name__}: {cause})" if cause else ""
-        return ModelError(f"{where}: connection error{detail}", retryable=True)
-    if isinstance(exc, sdk.APIStatusError):
-        status = int(exc.status_code)
-        headers = getattr(exc.response, "headers", None)
-        retry_after = parse_retry_after(headers) if status in (429, 503) or status >= 500 else None
-        retryable = status in RETRYABLE_STATUSES or status >= 500
-        return ModelError(f"{where}: HTTP {status}: {_error_text(exc)}", retryable=retryable,
-                          status=status, retry_after=retry_after)
-    if isinstance(exc, sdk.APIResponseValidationError | json.JSONDecodeError):
-        # A body we cannot parse is usually a proxy or server glitch: worth another try.
-        return ModelError(f"{where}: malformed response ({type(exc).__name__}: {exc})",
-                          retryable=True)
-    return ModelError(f"{where}: {type(exc).__name__}: {exc}", retryable=False)
-
-
-def _error_text(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])[:500]
-    return str(getattr(exc, "message", exc))[:500]
