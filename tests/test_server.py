@@ -571,7 +571,7 @@ def test_full_chain_through_a_real_upstream_http_model(monkeypatch: pytest.Monke
             # connection served all six requests (they came one after another).
             shared = list(cfg.shared_clients.values())
             assert len(shared) == 1
-            pools = shared[0]._http._clients        # the httpx pool shards of the server's loop
+            pools = shared[0].adapter.pool._clients        # the httpx pool shards of the server's loop
             assert sum(len(c._transport.pool.connections) for c in pools) == 1
         assert resp.choices[0].message.content == "upstream says: a short summary"
         assert up.request_count == 6                      # a root turn and a sub-call each
@@ -617,7 +617,7 @@ def test_the_serve_command_shares_its_upstream_clients_between_requests(
                     extra_body={"context": "some text"})
             shared = list(apps[0].state.config.shared_clients.values())
             assert len(shared) == 1
-            pools = shared[0]._http._clients
+            pools = shared[0].adapter.pool._clients
             assert sum(len(c._transport.pool.connections) for c in pools) == 1
     assert resp.choices[0].message.content == "upstream says: a short summary"
     assert up.request_count == 6
