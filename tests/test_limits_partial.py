@@ -37,10 +37,10 @@ def _root(plan: dict, count: str = '{"op": "how_many"}', timing: Timing | None =
 
 def _judge(messages) -> str:
     record = leaf_item(messages[-1]["content"])    # the record, not the question
-    return "leaked" if "leaked" in record else "dry"
+    return "pump leaked" if "leaked" in record else "dry"
 
 
-PLAN = {"plan": "label_count", "label": "leaked", "opposite": "dry", "group_by": ""}
+PLAN = {"plan": "label_count", "label": "pump leaked", "opposite": "dry", "group_by": ""}
 
 
 def test_a_map_cut_by_the_time_limit_answers_from_the_records_it_judged(tmp_path: Path):

@@ -586,3 +586,44 @@ def test_with_sources_asked_a_retrievals_answer_carries_the_passage_its_reader_a
     assert found and all(s.found for s in res.sources)
     assert any(s.location is not None and s.location.line == 251 and "fjord-2291" in (s.text or "")
                for s in found), [(s.text, s.location) for s in res.sources]
+
+
+# the query's condition reaches the leaves: many phrasings, a root that picked coarse labels
+@pytest.mark.parametrize("query, label, opposite, judged", [
+    ("How many customer messages complain they were billed the wrong amount?", "complain",
+     "satisfied", "query"),
+    ("Count the messages where the customer says the charge on the bill was too high.",
+     "complaint", "other", "query"),
+    ("How many of these reviews are negative?", "negative", "positive", "labels"),
+    ("Which desk's notes are most often negative here: North or South? Answer with the "
+     "desk's name only.", "negative", "positive", "labels"),
+    ("How many notes say the pump leaked?", "leaked", "dry", "query"),
+    ("How many of the notes say the pump leaked?", "pump leaked", "dry", "labels"),
+    ("What number of tickets were reopened after being closed?", "reopened", "closed",
+     "labels"),
+    ("What number of tickets were reopened by the same engineer?", "reopened", "closed",
+     "query"),
+])
+def test_the_leaves_judge_the_querys_whole_condition(query, label, opposite, judged):
+    records = "\n".join(f"Note {i} | Desk: {'North' if i % 2 else 'South'} | " +
+                        ("the pump leaked again" if i % 3 else "all dry") for i in range(1, 13))
+    root = scripted({"plan": "label_count", "label": label, "opposite": opposite},
+                    "FINAL('never reached')", count='{"op": "how_many"}')
+    res, sub = run(root, sub=lambda m: "yes" if m[-1]["content"].startswith("A question")
+                   else label, context=records, query=query)
+    asked = sub.calls[0][-1]["content"]
+    if judged == "query":
+        assert asked.startswith("A question about many texts: " + query), asked
+        assert sub.options[0]["grammar"] == 'root ::= "no" | "yes"'
+    else:
+        assert asked.startswith(f"Which fits the text better: {opposite} or {label}?"), asked
+    # either way the counts are in the plan's own labels
+    assert res.answer == "12", (res.answer, res.status)
+
+
+def test_condition_words_leave_out_the_frame_and_names():
+    assert pl.condition_words("Which site's reviews are most often negative here: Amazon, IMDb "
+                              "or Yelp? Answer with the site's name only.") == \
+        ["site", "negative"]
+    assert pl.condition_words("How many customer messages complain they were billed the wrong "
+                              "amount?") == ["customer", "complain", "billed", "wrong", "amount"]

@@ -35,7 +35,7 @@ COUNT_OPS = {
 }
 COUNT_SYSTEM = """A program has labelled every record of a long context as {labels} and counted \
 the records labelled {label}, over all the records and per {group}. Choose the one count that \
-answers the user's query. Reply with JSON: {{"op": "<choice>"}}, where <choice> is one of:
+answers the query. Reply with JSON: {{"op": "<choice>"}}, where <choice> is one of:
 {ops}"""
 COUNT_USER = """Query: {query}
 
@@ -105,16 +105,16 @@ def scalar_answer(value: Any) -> str | None:
 # counts; code builds the pairs from the per-id counts. Asked to pick the pairs from the listed
 # ids, the 1.5B gave one pair (any pair) on 9 of 10 judge_pairs test instances.
 PAIR_SYSTEM = """A program has labelled every record of a long context as {labels} and counted, \
-for each id, how many of its records got each label. The user's query asks for pairs of ids. \
+for each id, how many of its records got each label. The query asks for pairs of ids. \
 Write the condition on the two ids of a pair as JSON: {{"first_label": "...", "first_min": N, \
 "first_max": N or null, "second_label": "...", "second_min": N, "second_max": N or null}}: one \
 id has between first_min and first_max records labelled first_label, the other between \
 second_min and second_max records labelled second_label (null: no upper limit); a pair counts \
 either way round. Labels: {labels}.
-Examples (labels "question", "answer"): "pairs of users who both asked at least 3 questions" \
--> {{"first_label": "question", "first_min": 3, "first_max": null, "second_label": "question", \
-"second_min": 3, "second_max": null}}; "pairs where neither user ever answered" -> \
-{{"first_label": "answer", "first_min": 0, "first_max": 0, "second_label": "answer", \
+Examples (labels "cracked", "intact"): "pairs of kilns that both cracked at least 3 firings" \
+-> {{"first_label": "cracked", "first_min": 3, "first_max": null, "second_label": "cracked", \
+"second_min": 3, "second_max": null}}; "pairs where neither kiln ever cracked one" -> \
+{{"first_label": "cracked", "first_min": 0, "first_max": 0, "second_label": "cracked", \
 "second_min": 0, "second_max": 0}}."""
 PAIR_USER = """Query: {query}
 

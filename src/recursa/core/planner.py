@@ -173,23 +173,23 @@ Plans (reply with one JSON object):
 - {{"plan": "retrieve_read", "question": "...", "keywords": [...]}}: find the pieces of the \
 context that answer `question` (a full question, in the query's words) and read them. \
 `keywords`: 2-5 plain words or short phrases the passage itself probably uses for what the \
-question is about, which need not be the query's own words (for "the lights went out": \
-"power", "outage"), or [] when unsure.
+question is about, which need not be the query's own words (for "the kiln stopped heating": \
+"element", "thermocouple"), or [] when unsure.
 - {{"plan": "label_count", "label": "...", "opposite": "...", "group_by": "..."}}: judge \
 every record (line or entry) as `label` or `opposite`, then count them with code. For how many \
 / which is most or least common / compare groups, when the judgement is not written in the \
-record. `label`: one word for what the query counts, as said of one record (e.g. "complaint"); \
-`opposite`: one word for a record that is not that (e.g. "praise"); `group_by`: the name of \
-the record field the query groups or filters by (e.g. "Shop", "Team"), or "" for none. \
-Examples: "Which ward's patients most often said the treatment had failed?" -> {{"plan": \
-"label_count", "label": "failed", "opposite": "worked", "group_by": "Ward"}}; "How many of the \
-tickets were solved?" -> {{"plan": "label_count", "label": "solved", "opposite": "unsolved", \
+record. `label`: one word for what the query counts, as said of one record (e.g. "cracked"); \
+`opposite`: one word for a record that is not that (e.g. "intact"); `group_by`: the name of \
+the record field the query groups or filters by (e.g. "Kiln", "Glaze"), or "" for none. \
+Examples: "Which kiln's firings most often came out cracked?" -> {{"plan": "label_count", \
+"label": "cracked", "opposite": "intact", "group_by": "Kiln"}}; "How many of the seed trays \
+sprouted?" -> {{"plan": "label_count", "label": "sprouted", "opposite": "bare", \
 "group_by": ""}}.
 - {{"plan": "two_hop", "first_question": "...", "second_question": "... {{answer}} ..."}}: \
 answer the first question, then the second with {{answer}} replaced by the first answer.
 - {{"plan": "pairs", "instruction": "...", "labels": [...], "keep": [...], "id_prefix": "..."}}: \
 label every record, then list the pairs of ids whose records have a label in `keep`; \
-`id_prefix` is the text before each record's id (e.g. "User:"), or "" to use record numbers.
+`id_prefix` is the text before each record's id (e.g. "Kiln:"), or "" to use record numbers.
 - {{"plan": "code"}}: none fits (e.g. a question about the context itself, such as how many \
 lines it has, or exact text search); you will write Python code instead."""
 
@@ -215,7 +215,7 @@ FELL_BACK = "(A planned run was tried first but not used: {why}.)"
 # code loop: there the 1.5B, given a table that answered the query, copied the worked example's
 # search instead (judge_agg dev seed 0).
 ANSWER_SYSTEM = """A program has read the whole of a long context for you and printed its \
-results. Answer the user's query from those results alone: reply with the answer only, in the \
+results. Answer the query from those results alone: reply with the answer only, in the \
 form the query asks for (a name, a number or one short sentence), working it out from the \
 printed numbers where needed. If the results do not answer the query, reply: none"""
 
@@ -366,6 +366,14 @@ def _plan_add(*bounds):
             else out["cost_usd"] + b["cost_usd"]
     return out
 
+def _plan_unsaid(words, labels, records):
+    # the query's condition words neither label says (same first 5 letters) and not in most
+    # records (field names and record nouns: "Review", "Site")
+    stems = {w[:5] for x in labels for w in re.findall(r"[a-z]+", x.lower())}
+    common = collections.Counter(w[:5] for x in records
+                                 for w in set(re.findall(r"[a-z]+", x.lower())))
+    return [w for w in words if w[:5] not in stems and common[w[:5]] < 0.8 * len(records)]
+
 _PLAN_GUESS = ("Write one short sentence, in plain everyday words, that a document answering "
                "this question might contain (invent the details): ")
 _PLAN_K, _PLAN_BEFORE, _PLAN_AFTER = 6, 300, 1500
@@ -464,8 +472,48 @@ def _plan_retrieve(question, keywords, dry):
 '''
 
 
-def plan_code(plan: Any, dry: bool) -> str:
-    """The REPL code of a plan; `dry`: it prints its bound as JSON instead of running."""
+# Words of a query that frame the aggregate or the answer, not the condition one record must
+# meet: what is left of a query without them (and without proper names, which name groups) is
+# what a leaf has to judge.
+_FRAME = frozenset("""
+how many much which what who whose whom most least fewest fewer often frequently number numbers
+count counted counting total share proportion percentage ratio these those them their here there
+record records entry entries item items line lines one ones text texts all each every any among
+between answer reply name names only just give tell list write word words please with without
+more less than greater compare comparison average majority minority times time say says said
+get gets got gotten receive receives received trail trails lead leads ahead behind beat beats
+exceed exceeds
+reviews messages notes tickets comments posts emails documents rows reports sentences entries
+definitions descriptions responses replies questions answers statements passages paragraphs
+the and for are was were been being has have had does did doing not nor but from into onto over
+under about above below after before again also you your our its it's they them then this that
+some such same other own very can could would should will shall may might must
+""".split())
+
+
+def condition_words(query: str) -> list[str]:
+    """The query's words that say what a record must be to count (its content words, minus the
+    aggregate frame, the answer instruction and capitalised names), lowercased."""
+    out: list[str] = []
+    for m in re.finditer(r"[A-Za-z][A-Za-z'-]+", query):
+        w = m.group().strip("'-")
+        low = w.lower().removesuffix("'s")
+        if len(low) < 3 or low in _FRAME or low in out:
+            continue
+        if w[0].isupper() and m.start() > 0:      # a name (a group's value), not a condition
+            continue
+        out.append(low)
+    return out
+
+
+QUERY_LEAF = ("A question about many texts: {query}\nJudge only the text below: is it one of "
+              "the texts this question counts? Answer yes or no.")
+
+
+def plan_code(plan: Any, dry: bool, query: str = "") -> str:
+    """The REPL code of a plan; `dry`: it prints its bound as JSON instead of running.
+    `query`: the run's query, whose condition a labelling plan's leaves judge when the plan's
+    two labels do not say all of it (the leaf question is then built from the query's words)."""
     r = repr
     if isinstance(plan, RetrieveRead):
         body = f"plan_answers = _plan_retrieve({r(plan.question)}, {r(plan.keywords)}, {dry})"
@@ -491,9 +539,27 @@ def plan_code(plan: Any, dry: bool) -> str:
         # every review a complaint (dev probe: 25 of 40 right; "praise or complaint?" 40 of 40)
         question = leaf_question(plan.labels if isinstance(plan, LabelCount)
                                  else plan.labels[::-1])
-        body = (f"records = _plan_records(context)\nplan_labels = {r(plan.labels)}\n"
-                f"record_labels = llm_map({r(question)}, records, labels=plan_labels"
-                f"{', dry_run=True' if dry else ''})")
+        body = f"records = _plan_records(context)\nplan_labels = {r(plan.labels)}\n"
+        words = condition_words(query) if isinstance(plan, LabelCount) else []
+        if words:
+            # a root that turned "complain they were billed the wrong amount" into the labels
+            # complain / satisfied counted every complaint: when the labels leave words of the
+            # query's condition unsaid (words most records carry, such as field names, aside),
+            # each leaf judges the query itself, yes or no, mapped back onto the plan's labels
+            body += (
+                f"_plan_w = _plan_unsaid({r(words)}, plan_labels, records)\n"
+                f"_plan_q = {r(QUERY_LEAF.format(query=query[:500]))} if _plan_w else "
+                f"{r(question)}\n"
+                "if _plan_w:\n"
+                "    print(f'the labels leave the query\\'s words {_plan_w} unsaid: each record "
+                "is judged against the query itself')\n"
+                "_plan_y = llm_map(_plan_q, records, labels=['no', 'yes'] if _plan_w else "
+                f"plan_labels{', dry_run=True' if dry else ''})\n")
+            body += ("record_labels = _plan_y if not _plan_w or isinstance(_plan_y, dict) else "
+                     "[None if x is None else plan_labels[x == 'yes'] for x in _plan_y]")
+        else:
+            body += (f"record_labels = llm_map({r(question)}, records, labels=plan_labels"
+                     f"{', dry_run=True' if dry else ''})")
         out = "record_labels"
         if not dry and isinstance(plan, LabelCount):
             body += (
@@ -579,7 +645,7 @@ async def run_plan(run: Run, description: str) -> bool:
         return False
     ev = env.tracer.emit("plan", phase="start", parent=turn.id, depth=run.depth,
                          plan=plan.model_dump())
-    bound_cell = await _cell(run, turn, 0, plan_code(plan, dry=True))
+    bound_cell = await _cell(run, turn, 0, plan_code(plan, dry=True, query=run.query))
     try:
         bound = json.loads((bound_cell.stdout or "").strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -601,7 +667,7 @@ async def run_plan(run: Run, description: str) -> bool:
         st.limit, st.error = "max_seconds", late
         return True
     cut_before = len(env.dispatcher.partial)
-    cell = await _cell(run, turn, 1, plan_code(plan, dry=False))
+    cell = await _cell(run, turn, 1, plan_code(plan, dry=False, query=run.query))
     cut = env.dispatcher.partial[cut_before:]
     if cut:       # a limit stopped the map: the answer rests on the part it finished
         noun = "pieces read" if isinstance(plan, RetrieveRead | TwoHop) else "records judged"

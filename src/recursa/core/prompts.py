@@ -63,7 +63,7 @@ FINAL("Lyon")
 SOURCES = """- Sources: commit with `FINAL(value, sources=[passage, ...])`, or set \
 `answer["sources"] = [passage, ...]` next to answer["content"]. A passage is text of `context` \
 your answer rests on (the piece you read, e.g. `pieces[0]`, or a search() hit). They are checked \
-against the context and shown to the user with the answer.
+against the context and shown with the answer.
 """
 
 NO_SOURCES = """Not committed yet: give the passages of `context` your answer rests on \
