@@ -61,9 +61,10 @@ def register(sub: Any) -> None:
     r.add_argument("--split", choices=["dev", "test"], default="test",
                    help="held-out families: dev (for tuning prompts, examples, tips) or test "
                         "(the split published tables report; default)")
-    r.add_argument("--baselines", default="grep,regex,constant",
+    r.add_argument("--baselines", default="grep,regex,constant,lexicon,embed,classifier",
                    help="no-model baselines run beside the methods on every instance "
-                        "(comma-separated; default grep,regex,constant)")
+                        "(comma-separated; default all: grep,regex,constant everywhere, "
+                        "lexicon,embed,classifier on the real-label families)")
     r.add_argument("--no-baselines", action="store_true", help="run no baselines")
     r.add_argument("--chunk-tokens", type=int, default=2000, help="compaction window")
     r.add_argument("--passage-tokens", type=int, default=200, help="codeact-bm25 passage size")
