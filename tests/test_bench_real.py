@@ -80,6 +80,8 @@ def test_truths_vary_between_seeds() -> None:
     sites = Counter(get_task("real_sentiment_most").generate(s, 4096).gold for s in range(30))
     kinds = Counter(get_task("real_wordnet_most").generate(s, 4096).gold for s in range(30))
     assert set(sites) == set(SITES.values()) and max(sites.values()) <= 18
+    per_site = get_task("real_sentiment_most").generate(1, 8192).meta["per_site"]
+    assert len(set(per_site.values())) == 1       # naming a site often says nothing
     assert len(kinds) == 4 and max(kinds.values()) <= 18
 
 

@@ -122,6 +122,38 @@ def draw(rng: random.Random, pools: dict[str, list[Record]], weights: dict[str, 
     return out
 
 
+def draw_rounds(rng: random.Random, pools: dict[str, list[Record]], rates: dict[str, float],
+                target: str, length: int, line: Any) -> list[tuple[int, Record]]:
+    """Reviews in rounds of one per site (in a random order each round), so every site has the
+    same number of reviews; a site's review has the target label with that site's rate."""
+    queues = {(s, lab): rng.sample([r for r in pool if r.source == s],
+                                   sum(r.source == s for r in pool))
+              for lab, pool in pools.items() for s in SITES}
+    budget = length * CHARS_PER_TOKEN
+    numbers = rng.sample(range(1000, max(10_000, 1000 + length)), length // 5 + 50)
+    out: list[tuple[int, Record]] = []
+    chars, misses = 0, 0
+    while chars < budget and misses < 50:
+        round_: list[tuple[int, Record]] = []
+        for s in rng.sample(list(SITES), len(SITES)):
+            want = target if rng.random() < rates[s] else "other"
+            labs = [lab for lab in pools if (lab == target) == (want == target)]
+            labs += [lab for lab in pools if lab not in labs]
+            q = next((queues[(s, lab)] for lab in labs if queues[(s, lab)]), None)
+            if q is None:
+                raise ValueError(f"{length} tokens needs more records than the half has")
+            round_.append((numbers[len(out) + len(round_)], q.pop()))
+        size = sum(len(line(n, r)) + 1 for n, r in round_)
+        if chars + size > budget * 1.02:
+            misses += 1
+            for _n, r in round_:         # not used: back where they came from
+                queues[(r.source, r.label)].append(r)
+            continue
+        out += round_
+        chars += size
+    return out
+
+
 def by_label(recs: tuple[Record, ...]) -> dict[str, list[Record]]:
     pools: dict[str, list[Record]] = {}
     for r in recs:
@@ -218,8 +250,8 @@ class RealSentimentCount(_Real):
 
 class RealSentimentMost(_Real):
     name = "real_sentiment_most"
-    description = ("Which site's real reviews (Amazon / IMDb / Yelp, UCI) are most often "
-                   "negative or positive; the leader leads by 4 or more and in share too.")
+    description = ("Which site's real reviews (Amazon / IMDb / Yelp, UCI; each site equally "
+                   "often) are most often negative or positive; the leader leads by 4 or more.")
     snapshot = "sentiment"
     qtype = "most"
 
@@ -230,23 +262,16 @@ class RealSentimentMost(_Real):
                   split: str
                   ) -> tuple[list[tuple[int, Record]], str, Any, dict[str, Any]] | None:
         target = rng.choice(["negative", "positive"])
-        site_pools = {f"{s}:{lab}": [r for r in pool if r.source == s]
-                      for lab, pool in pools.items() for s in SITES}
-        weights = {}
         center = rng.uniform(0.3, 0.7)
-        for s in SITES:
-            share = rng.uniform(0.6, 1.4)          # uneven sites: the commonest is not the answer
-            rate = min(0.95, max(0.05, center + rng.uniform(-0.25, 0.25)))
-            for lab in pools:
-                weights[f"{s}:{lab}"] = share * (rate if lab == target else 1 - rate)
-        drawn = draw(rng, site_pools, weights, length, self.line)
+        rates = {s: min(0.95, max(0.05, center + rng.uniform(-0.25, 0.25))) for s in SITES}
+        drawn = draw_rounds(rng, pools, rates, target, length, self.line)
         hits = Counter({SITES[s]: 0 for s in SITES})
         total = Counter(SITES[r.source] for _, r in drawn)
         for _, r in drawn:
             hits[SITES[r.source]] += r.label == target
         (top, a), (_, b) = hits.most_common(2)
-        # the leader in number must also lead in share, so either reading of "most often" agrees
-        if a - b < MARGIN or max(total, key=lambda s: hits[s] / total[s]) != top:
+        # every site has as many reviews, so the leader in number leads in share too
+        if a - b < MARGIN or len(set(total.values())) != 1:
             return None
         query = rng.choice(pick(SENTIMENT_MOST, split)[target]) + " Amazon, IMDb or Yelp?"
         return drawn, query, top, {"target": target, "choices": SITE_CHOICES,
