@@ -23,6 +23,7 @@ a person writing a one-off script for the question would know), and spends nothi
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Sequence
 from functools import cache
@@ -45,9 +46,18 @@ KIND_DESCRIPTIONS: dict[str, tuple[str, ...]] = {
 REAL_NAMES = frozenset(t.name for t in REAL_TASKS)
 
 
+# judge_agg's synthetic reviews (tasks/_reviews.py): the two baselines that need no labels label
+# each review complaint / praise as they label a real review negative / positive (issue 34's
+# audit: a sentiment word list does well there); the classifier has no labelled half to learn from
+JUDGED = frozenset({"judge_agg"})
+
+
 def applies(baseline: str, task: str) -> bool:
-    """Whether a record-labelling baseline can run on ``task`` (the real-label families)."""
-    return baseline not in LABEL_BASELINES or task in REAL_NAMES
+    """Whether a record-labelling baseline can run on ``task``: the real-label families, and
+    (lexicon, embed) judge_agg."""
+    if baseline not in LABEL_BASELINES:
+        return True
+    return task in REAL_NAMES or (task in JUDGED and baseline not in NEEDS_LABELS)
 
 
 # ---------------------------------------------------------------- labelling one record each
@@ -116,7 +126,9 @@ def _classify(snapshot: str, texts: list[str]) -> list[str]:
 
 # ---------------------------------------------------------------- aggregating
 def record_answer(baseline: str, inst: Instance, text: str) -> str:
-    """The baseline's answer to a real-label instance."""
+    """The baseline's answer to a real-label (or judge_agg) instance."""
+    if inst.task in JUDGED:
+        return judged_answer(baseline, inst, text)
     recs = records_in(text)
     labels = label_texts(baseline, inst.meta["snapshot"], [t for _, t in recs])
     target = inst.meta.get("target")
@@ -141,3 +153,32 @@ def record_accuracy(baseline: str, snapshot: str, split: str = "dev") -> float:
     truth = [r.label if snapshot == "sentiment" or r.label in KINDS else OTHER for r in recs]
     pred = label_texts(baseline, snapshot, [r.text for r in recs])
     return sum(p == t for p, t in zip(pred, truth, strict=True)) / len(recs)
+
+
+_JUDGED_LINE = re.compile(r"^Review [^|]*\| Shop: ([^|]+?) \| Product: ([^|]+?) \| "
+                          r"Customer: [^|]*\| Text: (.*)$")
+
+
+def judged_answer(baseline: str, inst: Instance, text: str) -> str:
+    """judge_agg: each review labelled complaint (negative) or praise, then the question's
+    count, group count, most / fewest group or difference."""
+    recs = [(m.group(1), m.group(2), m.group(3)) for ln in text.splitlines()
+            if (m := _JUDGED_LINE.match(ln))]
+    if baseline not in ("lexicon", "embed"):
+        raise ValueError(f"{baseline} does not run on judge_agg")
+    bad = [lab == "negative" for lab in label_texts(baseline, "sentiment", [t for *_, t in recs])]
+    group = inst.meta.get("group", "shop")
+    names = [str(n) for n in (inst.meta["shop_names"] if group == "shop"
+                              else inst.meta["product_names"])]
+    per: Counter[str] = Counter({n: 0 for n in names})
+    for (shop, product, _), b in zip(recs, bad, strict=True):
+        per[shop if group == "shop" else product] += b
+    qtype = inst.meta["question_type"]
+    if qtype == "count":
+        return str(sum(bad))
+    if qtype == "count_group":
+        return str(per[str(inst.meta["g"])])
+    if qtype == "diff":
+        return str(per[str(inst.meta["a"])] - per[str(inst.meta["b"])])
+    most = qtype == "most_group"
+    return max(names, key=lambda n: per[n] if most else -per[n])
