@@ -135,15 +135,24 @@ def record_answer(baseline: str, inst: Instance, text: str) -> str:
     if inst.meta["question_type"] == "count":
         return str(sum(lab == target for lab in labels))
     if inst.meta["snapshot"] == "sentiment":
-        by_site = Counter({s: 0 for s in SITE_CHOICES})
-        for (site, _), lab in zip(recs, labels, strict=True):
-            by_site[site or ""] += lab == target
-        return max(SITE_CHOICES, key=lambda s: by_site[s])       # ties: the first listed
+        return site_answer(baseline, text, str(target))
     kinds = Counter({k: 0 for k in KINDS})
     for lab in labels:
         if lab in KINDS:
             kinds[lab] += 1
     return KINDS[max(KINDS, key=lambda k: kinds[k])][1]
+
+
+def site_answer(baseline: str, context: str, target: str = "negative") -> str:
+    """The site whose reviews a baseline labels ``target`` most often, over "Review N | Site: X
+    | text" lines (realdata.sentiment_site_case's context; ties to the first of Amazon, IMDb,
+    Yelp): what the demo can print beside the RLM."""
+    recs = records_in(context)
+    labels = label_texts(baseline, "sentiment", [t for _, t in recs])
+    by_site = Counter({s: 0 for s in SITE_CHOICES})
+    for (site, _), lab in zip(recs, labels, strict=True):
+        by_site[site or ""] += lab == target
+    return max(SITE_CHOICES, key=lambda s: by_site[s])
 
 
 def record_accuracy(baseline: str, snapshot: str, split: str = "dev") -> float:
