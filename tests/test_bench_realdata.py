@@ -90,3 +90,13 @@ def test_site_case_truth_comes_from_the_labels() -> None:
         ranked = sorted(neg.values(), reverse=True)
         assert max(neg, key=lambda s: neg[s]) == site and ranked[0] - ranked[1] >= 4
         assert "Amazon" in query and "Yelp" in query
+
+
+def test_site_answer_names_one_site_deterministically() -> None:
+    from recursa.bench.record_baselines import site_answer
+    context, _, site, _ = sentiment_site_case(0, 1024)
+    ans = site_answer("lexicon", context)
+    assert ans in realdata.SITES.values() and ans == site_answer("lexicon", context)
+    lines = "Review 1 | Site: Yelp | Awful, rude staff.\nReview 2 | Site: IMDb | Loved it.\n"
+    assert site_answer("lexicon", lines) == "Yelp"
+    assert site_answer("lexicon", lines, "positive") == "IMDb"

@@ -290,7 +290,7 @@ def test_window_is_one_for_every_method() -> None:
     configs, baselines = method_configs(a, opts)
     assert a.split == "test"            # published tables are the test split unless told
     assert [c.method for c in configs] == ["rlm", "direct"]
-    assert baselines == ["grep", "regex", "constant"]       # grep named once
+    assert baselines == ["grep", "regex", "constant", "lexicon", "embed", "classifier"]  # grep once
     assert all(c.client_options["n_ctx"] == 4096 and c.window_tokens == 4096 for c in configs)
     a, opts = _run_args("--model", "local:qwen2.5-coder-1.5b", "--n-ctx", "8192",
                         "--method", "direct", "--no-baselines")

@@ -11,8 +11,14 @@
 - ``constant``: the commonest gold answer of the task family over dev seeds (other seeds than
   this one; of the same question type where the family has types), without reading the input.
 
+For the real-label families (tasks/real.py) three more label each record and aggregate
+(recursa.bench.record_baselines): ``lexicon`` (VADER / keyword lists), ``embed`` (zero-shot
+MiniLM similarity) and ``classifier`` (TF-IDF + logistic regression trained on the dev half's
+labels: a reference for what labelled examples buy, never the "best baseline").
+
 Each returns an answer string; `run_baseline` wraps it in a `Result` that spends nothing. A
-method that does not beat the best of them in a cell is reported as not beating it.
+method that does not beat the best of the baselines that need no labels in a cell is reported as
+not beating it.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from recursa.base.types import Result
 from .tasks import get_task
 from .tasks.base import Instance
 
-BASELINES = ("grep", "regex", "constant")
+BASELINES = ("grep", "regex", "constant", "lexicon", "embed", "classifier")
+# the ones that, like the RLM, see no labelled example: the "best baseline" is the best of these
+NO_LABEL_BASELINES = ("grep", "regex", "constant", "lexicon", "embed")
 BASELINE_MODEL = "none"          # the model field of baseline rows: shared by every model's run
 CONSTANT_SEEDS = 30              # dev seeds the constant is the mode over
 # families without a dev split draw the constant's seeds from here, far from any seed a run uses
@@ -174,9 +182,9 @@ def answer_text(gold: Any) -> str:
 @cache
 def _dev_golds(task: str, length: int) -> tuple[tuple[int, str | None, str], ...]:
     """(seed, question type, gold as JSON) of the family's dev instances at this length."""
-    from .tasks import HELD_OUT
+    from .tasks import SPLIT_FAMILIES
     t = get_task(task)
-    base = 0 if task in HELD_OUT else OTHER_SEED_BASE
+    base = 0 if task in SPLIT_FAMILIES else OTHER_SEED_BASE
     out = []
     for seed in range(base, base + CONSTANT_SEEDS):
         inst = t.generate(seed, length, split="dev")
@@ -204,6 +212,9 @@ def baseline_answer(name: str, inst: Instance, text: str, seed: int | None = Non
         return regex_answer(inst, text)
     if name == "constant":
         return constant_answer(inst, seed)
+    if name in ("lexicon", "embed", "classifier"):
+        from .record_baselines import record_answer
+        return record_answer(name, inst, text)
     raise ValueError(f"unknown baseline {name!r}; known: {', '.join(BASELINES)}")
 
 

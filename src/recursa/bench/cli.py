@@ -61,10 +61,14 @@ def register(sub: Any) -> None:
     r.add_argument("--split", choices=["dev", "test"], default="test",
                    help="held-out families: dev (for tuning prompts, examples, tips) or test "
                         "(the split published tables report; default)")
-    r.add_argument("--baselines", default="grep,regex,constant",
+    r.add_argument("--baselines", default="grep,regex,constant,lexicon,embed,classifier",
                    help="no-model baselines run beside the methods on every instance "
-                        "(comma-separated; default grep,regex,constant)")
+                        "(comma-separated; default all: grep,regex,constant everywhere, "
+                        "lexicon,embed,classifier on the real-label families)")
     r.add_argument("--no-baselines", action="store_true", help="run no baselines")
+    r.add_argument("--sealed", metavar="LOG",
+                   help="a sealed test split (e.g. docs/bench/sealed-seeds.json): refuse test "
+                        "seeds not drawn in LOG and cells already run on them; log this run")
     r.add_argument("--chunk-tokens", type=int, default=2000, help="compaction window")
     r.add_argument("--passage-tokens", type=int, default=200, help="codeact-bm25 passage size")
     r.add_argument("--client-option", type=_kv, action="append", default=[],
@@ -87,6 +91,16 @@ def register(sub: Any) -> None:
     ls = bs.add_parser("list", help="task families and methods")
     ls.set_defaults(fn=cmd_list)
 
+    sd = bs.add_parser("seeds", help="the sealed test split's seeds log")
+    sds = sd.add_subparsers(dest="seeds_cmd", required=True)
+    dr = sds.add_parser("draw", help="draw a fresh block of test seeds and log it")
+    dr.add_argument("--task", required=True, help="comma-separated task names")
+    dr.add_argument("--lengths", required=True, help="comma-separated lengths (2048, 8k, ...)")
+    dr.add_argument("-n", type=int, required=True, help="seeds in the block")
+    dr.add_argument("--log", default="docs/bench/sealed-seeds.json", help="the seeds log")
+    dr.add_argument("--note", default="", help="why (e.g. 'after the planner change X')")
+    dr.set_defaults(fn=cmd_seeds_draw)
+
 
 def cmd_run(a: argparse.Namespace) -> int:
     from recursa.base.types import RecursaError
@@ -107,6 +121,8 @@ def cmd_run(a: argparse.Namespace) -> int:
                            baselines=baselines)
         # once, before any instance: a run that cannot work fails here, having spent nothing
         check_options(opts, say=lambda m: err.print(f"[dim]{m}[/]"))
+        if a.sealed:
+            _seal(a, specs)
     except (RecursaError, ValueError, KeyError, TypeError, OSError) as e:
         err.print(f"[red]error:[/] {e}")
         return 2
@@ -126,6 +142,36 @@ def cmd_run(a: argparse.Namespace) -> int:
         for why, n in failure_reasons(failures):
             err.print(f"  {n} x {why}")
         return 1
+    return 0
+
+
+def _seal(a: argparse.Namespace, specs: list[dict[str, Any]]) -> None:
+    from .runner import code_version
+    from .sealed import check_run, record_run
+    if a.split != "test":
+        raise ValueError("--sealed is for the test split (the dev split is for tuning)")
+    commit = code_version()
+    check_run(a.sealed, specs, str(a.out), commit)
+    record_run(a.sealed, specs, str(a.out), commit)
+    err.print(f"[dim]sealed: logged in {a.sealed} at {commit}[/]")
+
+
+def cmd_seeds_draw(a: argparse.Namespace) -> int:
+    from .runner import code_version, parse_length
+    from .sealed import SealedError, draw_seeds
+    from .tasks import get_task
+    try:
+        tasks = _csv(a.task)
+        for t in tasks:
+            get_task(t)
+        lengths = [parse_length(x) for x in _csv(a.lengths)]
+        e = draw_seeds(a.log, tasks, lengths, a.n, code_version(), a.note)
+    except (SealedError, KeyError, ValueError, OSError) as ex:
+        err.print(f"[red]error:[/] {ex}")
+        return 2
+    print(f"test seeds {e['seed']}-{e['seed'] + e['n'] - 1} drawn at {e['commit']} for "
+          f"{', '.join(tasks)}; run them once with: recursa bench run --split test "
+          f"--seed {e['seed']} -n {e['n']} --sealed {a.log} ...")
     return 0
 
 

@@ -13,14 +13,15 @@ local model costs $0 everywhere, and tokens are then the honest measure of work)
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .baselines import BASELINES
+from .baselines import BASELINES, NO_LABEL_BASELINES
 from .runner import format_length, load_rows
 
 CI_METHOD = "95% percentile bootstrap over instances (2,000 resamples, seed 0)"
@@ -56,6 +57,7 @@ class Cell:
     root_tokens: float
     sub_tokens: float
     wall_s: float
+    by_seed: dict[int, float] = field(default_factory=dict)   # for the paired test
 
 
 def summarise(rows: list[dict[str, Any]], resamples: int = 2000) -> list[Cell]:
@@ -78,7 +80,9 @@ def summarise(rows: list[dict[str, Any]], resamples: int = 2000) -> list[Cell]:
                 r.get("root_input_tokens", 0) + r.get("root_output_tokens", 0) for r in rs),
             sub_tokens=statistics.fmean(
                 r.get("sub_input_tokens", 0) + r.get("sub_output_tokens", 0) for r in rs),
-            wall_s=statistics.fmean(float(r.get("wall_s") or 0.0) for r in rs)))
+            wall_s=statistics.fmean(float(r.get("wall_s") or 0.0) for r in rs),
+            by_seed=({int(r["seed"]): float(r.get("score") or 0.0) for r in rs}
+                     if length is not None else {})))
     cells.sort(key=lambda c: (c.task, c.method, c.length is None, c.length or 0))
     return cells
 
@@ -87,23 +91,41 @@ def _cost(c: Cell) -> str:
     return "unknown" if c.cost is None else f"${c.cost:.4f}"
 
 
-HEADERS = ["method", "length", "n", "score", "95% CI", "vs best baseline", "errors",
-           "cost/inst", "root tok", "sub tok", "time s"]
+HEADERS = ["method", "length", "n", "score", "95% CI", "vs best baseline", "labelled ref.",
+           "errors", "cost/inst", "root tok", "sub tok", "time s"]
+REFERENCE = "classifier"     # trained on dev labels: shown beside, never the best baseline
 
 
 def is_baseline(method: str) -> bool:
     return method in BASELINES
 
 
+def sign_test(a: dict[int, float], b: dict[int, float]) -> tuple[int, int, float]:
+    """Exact two-sided sign test of paired scores (the seeds both have): wins of a, losses of
+    a, and the p-value (ties dropped; p = 1 with no untied pair)."""
+    wins = sum(a[s] > b[s] for s in a.keys() & b.keys())
+    losses = sum(a[s] < b[s] for s in a.keys() & b.keys())
+    n = wins + losses
+    if n == 0:
+        return 0, 0, 1.0
+    tail = sum(math.comb(n, k) for k in range(min(wins, losses) + 1)) / 2 ** n
+    return wins, losses, min(1.0, 2 * tail)
+
+
 def best_baselines(cells: list[Cell]) -> dict[tuple[str, int | None], Cell]:
-    """The best no-model baseline of each (task, length) cell (length None: all lengths)."""
+    """The best baseline of each (task, length) cell (length None: all lengths) among those that
+    need no labelled examples (the classifier is a reference beside it)."""
     best: dict[tuple[str, int | None], Cell] = {}
     for c in cells:
-        if is_baseline(c.method):
+        if c.method in NO_LABEL_BASELINES:
             k = (c.task, c.length)
             if k not in best or c.mean > best[k].mean:
                 best[k] = c
     return best
+
+
+def reference_cells(cells: list[Cell]) -> dict[tuple[str, int | None], Cell]:
+    return {(c.task, c.length): c for c in cells if c.method == REFERENCE}
 
 
 def versus(c: Cell, best: dict[tuple[str, int | None], Cell]) -> str:
@@ -117,15 +139,26 @@ def versus(c: Cell, best: dict[tuple[str, int | None], Cell]) -> str:
         return "no baseline run"
     if c.mean <= b.mean:
         return f"NOT above {b.method} {b.mean:.2f}"
+    paired = ""
+    if c.by_seed and b.by_seed:
+        w, lo, p = sign_test(c.by_seed, b.by_seed)
+        paired = f"; sign test {w}+/{lo}-, p={p:.2g}"
     if c.lo > b.mean:
-        return f"beats {b.method} {b.mean:.2f}"
-    return f"above {b.method} {b.mean:.2f} (CI overlaps)"
+        return f"beats {b.method} {b.mean:.2f}{paired}"
+    return f"above {b.method} {b.mean:.2f} (CI overlaps{paired})"
 
 
-def _cells_row(c: Cell, best: dict[tuple[str, int | None], Cell] | None = None) -> list[str]:
+def reference(c: Cell, refs: dict[tuple[str, int | None], Cell]) -> str:
+    r = refs.get((c.task, c.length))
+    return "-" if r is None or c.method == REFERENCE else f"{r.mean:.2f}"
+
+
+def _cells_row(c: Cell, best: dict[tuple[str, int | None], Cell] | None = None,
+               refs: dict[tuple[str, int | None], Cell] | None = None) -> list[str]:
     err = str(c.errors) + (f" ({c.overflow} over window)" if c.overflow else "")
     return [c.method, "all" if c.length is None else format_length(c.length), str(c.n),
-            f"{c.mean:.2f}", f"[{c.lo:.2f}, {c.hi:.2f}]", versus(c, best or {}), err, _cost(c),
+            f"{c.mean:.2f}", f"[{c.lo:.2f}, {c.hi:.2f}]", versus(c, best or {}),
+            reference(c, refs or {}), err, _cost(c),
             f"{c.root_tokens:,.0f}", f"{c.sub_tokens:,.0f}", f"{c.wall_s:.1f}"]
 
 
@@ -140,21 +173,29 @@ def markdown(cells: list[Cell], rows: list[dict[str, Any]]) -> str:
     out.append("Split: " + ", ".join(splits))
     out += ["", "Baselines (no model, no cost): `grep` (the query's rarest words: the line "
             "holding them, or for a count the number of such lines), `regex` (the commonest "
-            "value of the answer's shape), `constant` (the commonest gold over dev seeds). "
-            "'vs best baseline' compares each method with the best of them in the same cell: "
-            "'beats' when the lower end of its interval is above the baseline's mean, 'NOT "
-            "above' when its mean is not higher."]
+            "value of the answer's shape), `constant` (the commonest gold over dev seeds); on "
+            "the real-label families also `lexicon` (VADER / keyword lists) and `embed` "
+            "(zero-shot MiniLM similarity), each labelling every record. 'vs best baseline' "
+            "compares each method with the best of these in the same cell: 'beats' when the "
+            "lower end of its interval is above the baseline's mean, with an exact two-sided "
+            "sign test over the seeds both ran beside it, 'NOT above' when its mean is not "
+            "higher. 'labelled ref.' is the `classifier` (TF-IDF + logistic regression trained "
+            "on the dev half's labels, which no other method sees): a reference, never the "
+            "best baseline."]
     best = best_baselines(cells)
+    refs = reference_cells(cells)
     for task in sorted({c.task for c in cells}):
         out += ["", f"### {task}", "", "| " + " | ".join(HEADERS) + " |",
                 "|" + "---|" * len(HEADERS)]
-        out += ["| " + " | ".join(_cells_row(c, best)) + " |" for c in cells if c.task == task]
+        out += ["| " + " | ".join(_cells_row(c, best, refs)) + " |"
+                for c in cells if c.task == task]
     return "\n".join(out) + "\n"
 
 
 def print_tables(cells: list[Cell], console: Any) -> None:
     from rich.table import Table
     best = best_baselines(cells)
+    refs = reference_cells(cells)
     for task in sorted({c.task for c in cells}):
         t = Table(title=f"{task}  (score: mean, {CI_METHOD})", title_justify="left")
         for h in HEADERS:
@@ -164,7 +205,7 @@ def print_tables(cells: list[Cell], console: Any) -> None:
             if prev is not None and c.method != prev:
                 t.add_section()
             prev = c.method
-            t.add_row(*_cells_row(c, best))
+            t.add_row(*_cells_row(c, best, refs))
         console.print(t)
 
 
@@ -186,7 +227,8 @@ def _legend_below(fig: Any, axes: Any) -> None:
     fig.tight_layout(rect=(0, 0.1, 1, 1))
 
 
-BASELINE_COLOURS = {"grep": "0.35", "regex": "0.55", "constant": "0.75"}
+BASELINE_COLOURS = {"grep": "0.35", "regex": "0.55", "constant": "0.75", "lexicon": "tan",
+                    "embed": "rosybrown", "classifier": "0.15"}
 
 
 def plot_score_vs_length(cells: list[Cell], path: Path) -> Path:

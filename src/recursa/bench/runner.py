@@ -80,7 +80,8 @@ def make_specs(tasks: Iterable[str], lengths: Iterable[int], seeds: Iterable[int
     the held-out families; ``baselines`` (grep, regex, constant) run beside the methods on every
     instance, filed under the model "none" so every model's run shares them."""
     from .baselines import BASELINE_MODEL, BASELINES
-    from .tasks import HELD_OUT
+    from .record_baselines import applies
+    from .tasks import SPLIT_FAMILIES
     from .tasks.split import check_split
     specs = []
     cfgs = list(configs)
@@ -89,21 +90,23 @@ def make_specs(tasks: Iterable[str], lengths: Iterable[int], seeds: Iterable[int
             raise ValueError(f"unknown baseline {b!r}; known: {', '.join(BASELINES)}")
         cfgs.append(MethodConfig(method=b, model=BASELINE_MODEL))
     for task in tasks:
+        # a record-labelling baseline runs only on the families whose records it can read
+        task_cfgs = [c for c in cfgs if c.model != BASELINE_MODEL or applies(c.method, task)]
         get_task(task)   # fail early on an unknown name
         opts = dict(task_options or {})
         task_split: str | None = None
         if split is not None:
             task_split = check_split(split)
-            if task in HELD_OUT:
+            if task in SPLIT_FAMILIES:
                 opts["split"] = task_split
             elif task_split == "dev":
                 raise ValueError(f"task {task!r} has no dev/test split (only "
-                                 f"{', '.join(HELD_OUT)} do); run it without --split dev")
+                                 f"{', '.join(SPLIT_FAMILIES)} do); run it without --split dev")
             else:
                 task_split = None
         for length in lengths:
             for seed in seeds:
-                for cfg in cfgs:
+                for cfg in task_cfgs:
                     specs.append({"task": task, "length": int(length), "seed": int(seed),
                                   "config": cfg.model_dump(), "trace_dir": trace_dir,
                                   "task_options": opts, "split": task_split,

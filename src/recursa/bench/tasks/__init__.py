@@ -12,6 +12,7 @@ from .meta import Meta
 from .oolong import Oolong
 from .oolong_pairs import OolongPairs
 from .para_niah import ParaNIAH, ParaNIAHMultiValue
+from .real import REAL_TASKS
 from .sniah import SNIAH
 from .two_hop import TwoHop
 from .verbatim_copy import VerbatimCopy
@@ -19,11 +20,17 @@ from .verbatim_copy import VerbatimCopy
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (SNIAH(), Oolong(), OolongPairs(), CodeQA(), BrowseComp(), VerbatimCopy(), MathPython(),
-              ParaNIAH(), ParaNIAHMultiValue(), JudgeAgg(), JudgePairs(), TwoHop(), Meta())
+              ParaNIAH(), ParaNIAHMultiValue(), JudgeAgg(), JudgePairs(), TwoHop(), Meta(),
+              *REAL_TASKS)
 }
 # The families built so that no grep, regex or constant passes them (issue 20), with a held-out
 # dev / test split of seeds, templates and haystack text.
 HELD_OUT = ("para_niah", "para_niah_mv", "two_hop", "judge_agg", "judge_pairs", "meta")
+# Real records with labels their publishers assigned (issue 34; tasks/real.py): the records too
+# are split into dev / test halves, and dev seeds are below 1000, test seeds 1000 up.
+REAL = tuple(t.name for t in REAL_TASKS)
+# every family that takes split="dev" | "test"
+SPLIT_FAMILIES = HELD_OUT + REAL
 
 
 def get_task(name: str) -> Task:
@@ -33,4 +40,4 @@ def get_task(name: str) -> Task:
         raise KeyError(f"unknown task {name!r}; known: {', '.join(TASKS)}") from None
 
 
-__all__ = ["CHARS_PER_TOKEN", "HELD_OUT", "TASKS", "Instance", "Score", "Task", "estimate_tokens", "get_task"]
+__all__ = ["CHARS_PER_TOKEN", "HELD_OUT", "REAL", "SPLIT_FAMILIES", "TASKS", "Instance", "Score", "Task", "estimate_tokens", "get_task"]
