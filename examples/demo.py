@@ -51,7 +51,7 @@ BEST_ON_DEV = "lexicon"
 
 
 def baselines(inst: Instance) -> None:
-    task = get_task(TASK)
+    task = get_task(inst.task)
     for name in BASELINES:
         try:
             answer = baseline_answer(name, inst, str(inst.context))
@@ -65,7 +65,7 @@ def baselines(inst: Instance) -> None:
 
 
 def run_one(inst: Instance, a: argparse.Namespace) -> bool:
-    task = get_task(TASK)
+    task = get_task(inst.task)
     n = len([x for x in str(inst.context).splitlines() if x.strip()])
     print(f"context: {n} reviews, {len(str(inst.context)):,} characters (~"
           f"{len(str(inst.context)) // 4:,} tokens; the model's window: {WINDOW:,} tokens)")
@@ -111,8 +111,9 @@ def main() -> int:
                     "tokens; with a limit, a plan that cannot finish in time is not started)")
     ap.add_argument("--max-subcalls", type=int, default=400)
     ap.add_argument("--max-tokens", type=int, default=120_000)
+    ap.add_argument("--task", default=TASK, help="a real-label family (recursa bench list)")
     a = ap.parse_args()
-    task = get_task(TASK)
+    task = get_task(a.task)
     right = 0
     for i, seed in enumerate(a.seed):
         if i:

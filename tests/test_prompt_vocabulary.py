@@ -23,7 +23,7 @@ same does done make made like just also than then were will shall your yours ove
 whose whom within without across along among because since until unless though although
 data example examples input output words word name names final read calls code json
 collections judge written object contain contains common pair pairs either counted round
-choice details
+choice details thing things often
 """.split()) | frozenset("""
 about above after again answer answers asked before being below between context could count
 counts digits every first found given label labels least line lines long longer longest model

@@ -482,7 +482,8 @@ record records entry entries item items line lines one ones text texts all each 
 between answer reply name names only just give tell list write word words please with without
 more less than greater compare comparison average majority minority times time say says said
 get gets got gotten receive receives received trail trails lead leads ahead behind beat beats
-exceed exceeds
+exceed exceeds describe describes described define defines defined mention mentions
+mentioned concern concerns refer refers express expresses
 reviews messages notes tickets comments posts emails documents rows reports sentences entries
 definitions descriptions responses replies questions answers statements passages paragraphs
 the and for are was were been being has have had does did doing not nor but from into onto over
