@@ -32,7 +32,7 @@ def test_a_label_map_answers_only_from_the_set(tmp_path: Path):
             "MINUS.', context, labels=['PLUS', 'MINUS'])\nprint(labels)\nFINAL(str(labels))")
     root = ReplayClient([f"```repl\n{code}\n```"])
     trace = tmp_path / "t.jsonl"
-    res = RLM(model=root, sub_model="local:smollm2-135m", max_seconds=240, trace_path=trace,
+    res = RLM(model=root, sub_model="local:smollm2-135m", trace_path=trace,
               preflight=False).completion("label them", context=REVIEWS)
     labels = ast.literal_eval(res.answer)     # the list the cell committed
     assert len(labels) == len(REVIEWS) and set(labels) <= {"PLUS", "MINUS"}
@@ -43,7 +43,7 @@ def test_a_label_map_answers_only_from_the_set(tmp_path: Path):
 
 def test_the_root_fills_a_valid_plan_and_it_runs(tmp_path: Path):
     trace = tmp_path / "t.jsonl"
-    res = RLM(model=MODEL, strategy="plan", max_iterations=3, max_seconds=300,
+    res = RLM(model=MODEL, strategy="plan", max_iterations=3,
               model_options={"temperature": 0.0, "max_tokens": 300},
               trace_path=trace).completion(
         "How many of these reviews are negative?", context="\n".join(REVIEWS))
@@ -66,7 +66,7 @@ def test_a_rank_reads_the_local_models_logprobs(tmp_path: Path):
     code = ("ranked = llm_rank('What is the capital of France?', context)\nprint(ranked)\n"
             "FINAL(ranked[0])")
     trace = tmp_path / "t.jsonl"
-    res = RLM(model=ReplayClient([f"```repl\n{code}\n```"]), sub_model=MODEL, max_seconds=240,
+    res = RLM(model=ReplayClient([f"```repl\n{code}\n```"]), sub_model=MODEL,
               trace_path=trace, preflight=False).completion("rank them", context=items)
     assert res.answer == items[2], res.answer
     end = [e for e in load_events(trace) if e.kind == "combinator" and e.phase == "end"][0]

@@ -74,7 +74,7 @@ def test_the_local_model_attaches_a_source_that_verifies(tmp_path: Path):
     root = FirstTurnScripted(real, SEARCH)
     try:
         res = RLM(model=root, sub_model=real, sources=True, max_iterations=3,
-                  max_output_chars=2000, max_seconds=240, preflight=False,
+                  max_output_chars=2000, preflight=False,
                   model_options={"temperature": 0.0, "max_tokens": 200},
                   sub_model_options={"temperature": 0.0, "max_tokens": 60},
                   trace_path=tmp_path / "t.jsonl").completion(
@@ -97,7 +97,7 @@ def test_the_local_model_in_plan_mode_answers_with_a_source_that_verifies(tmp_pa
     """In plan mode the runtime attaches the passage the readers answered from, so the 1.5B's
     answer carries a source that verifies, located at the password's line (no model turn has to
     write it; idle machine 2026-12-03: 2 root calls, about 40 s)."""
-    res = RLM(model=MODEL, strategy="plan", sources=True, max_iterations=3, max_seconds=300,
+    res = RLM(model=MODEL, strategy="plan", sources=True, max_iterations=3,
               model_options={"temperature": 0.0, "max_tokens": 200},
               sub_model_options={"temperature": 0.0, "max_tokens": 60},
               trace_path=tmp_path / "t.jsonl").completion(

@@ -372,7 +372,10 @@ def _plan_unsaid(words, labels, records):
     stems = {w[:5] for x in labels for w in re.findall(r"[a-z]+", x.lower())}
     common = collections.Counter(w[:5] for x in records
                                  for w in set(re.findall(r"[a-z]+", x.lower())))
-    return [w for w in words if w[:5] not in stems and common[w[:5]] < 0.8 * len(records)]
+    out = [w for w in words if w[:5] not in stems and common[w[:5]] < 0.8 * len(records)]
+    # one word more than the labels say is most often a synonym or an alternative the labels
+    # stand for ("food" for "a food or a drink"); several are a condition the labels lost
+    return out if len(out) >= _PLAN_UNSAID_MIN else []
 
 _PLAN_GUESS = ("Write one short sentence, in plain everyday words, that a document answering "
                "this question might contain (invent the details): ")
@@ -486,6 +489,7 @@ exceed exceeds describe describes described define defines defined mention menti
 mentioned concern concerns refer refers express expresses
 reviews messages notes tickets comments posts emails documents rows reports sentences entries
 definitions descriptions responses replies questions answers statements passages paragraphs
+glosses gloss reviewers writers authors
 the and for are was were been being has have had does did doing not nor but from into onto over
 under about above below after before again also you your our its it's they them then this that
 some such same other own very can could would should will shall may might must
@@ -507,8 +511,24 @@ def condition_words(query: str) -> list[str]:
     return out
 
 
-QUERY_LEAF = ("A question about many texts: {query}\nJudge only the text below: is it one of "
-              "the texts this question counts? Answer yes or no.")
+QUERY_LEAF = 'Does the text below match this description: "{condition}"? Answer yes or no.'
+UNSAID_MIN = 2       # unsaid condition words that make the leaves judge the query's own words
+
+
+def condition_phrase(query: str) -> str:
+    """The query's condition in its own words: its first sentence from its first condition
+    word on ("How many of the notes say the pump leaked?" -> "pump leaked")."""
+    first = re.split(r"(?<=[?.!])\s", query.strip(), maxsplit=1)[0].rstrip("?.! ")
+    words = condition_words(first)
+    if not words:
+        return first
+    m = re.search(r"(?i)\b" + re.escape(words[0]), first)
+    start = m.start() if m else 0
+    # keep the little words just before it ("about a", "not") that carry its sense
+    head = first[:start].split()
+    while head and head[-1].lower() in ("a", "an", "the", "about", "not", "no"):
+        start = first.rfind(head.pop(), 0, start)
+    return first[start:].strip()
 
 
 def plan_code(plan: Any, dry: bool, query: str = "") -> str:
@@ -548,8 +568,10 @@ def plan_code(plan: Any, dry: bool, query: str = "") -> str:
             # query's condition unsaid (words most records carry, such as field names, aside),
             # each leaf judges the query itself, yes or no, mapped back onto the plan's labels
             body += (
+                f"_PLAN_UNSAID_MIN = {UNSAID_MIN}\n"
                 f"_plan_w = _plan_unsaid({r(words)}, plan_labels, records)\n"
-                f"_plan_q = {r(QUERY_LEAF.format(query=query[:500]))} if _plan_w else "
+                f"_plan_q = {r(QUERY_LEAF.format(condition=condition_phrase(query)[:300]))}"
+                " if _plan_w else "
                 f"{r(question)}\n"
                 "if _plan_w:\n"
                 "    print(f'the labels leave the query\\'s words {_plan_w} unsaid: each record "
