@@ -67,7 +67,7 @@ def baselines(inst: Instance) -> None:
 def run_one(inst: Instance, a: argparse.Namespace) -> bool:
     task = get_task(inst.task)
     n = len([x for x in str(inst.context).splitlines() if x.strip()])
-    print(f"context: {n} reviews, {len(str(inst.context)):,} characters (~"
+    print(f"context: {n} records, {len(str(inst.context)):,} characters (~"
           f"{len(str(inst.context)) // 4:,} tokens; the model's window: {WINDOW:,} tokens)")
     print(f"query:   {inst.query}\n")
     view = ConsoleView()
@@ -85,7 +85,10 @@ def run_one(inst: Instance, a: argparse.Namespace) -> bool:
     view.close()
     right = task.score(res.answer, inst).score == 1.0
     counts = inst.meta.get("counts") or {}
-    gold = ", ".join(f"{s} {c}" for s, c in sorted(counts.items(), key=lambda x: -x[1]))
+    gold = ", ".join(f"{s} {c}" for s, c in sorted(counts.items(), key=lambda x: -x[1])) \
+        if counts else f"{inst.gold}"
+    rule = ("within 15% of the truth" if inst.meta.get("question_type") == "count" else
+            "the right one and no other")
     print(f"answer:    {res.answer.strip()[:600]}")
     print(f"status:    {res.status} (ready={res.ready})"
           + (f"; stopped at {res.limit}" if res.limit else ""))
@@ -93,9 +96,8 @@ def run_one(inst: Instance, a: argparse.Namespace) -> bool:
         print(f"partial:   the answer rests on {res.partial}")
     if res.error:
         print(f"why:       {res.error}")
-    print(f"right:     {'yes' if right else 'no'} under the strict judge (negative reviews by "
-          f"site, as their publishers labelled them: {gold or inst.gold}; naming another "
-          "site, or several, is wrong)")
+    print(f"right:     {'yes' if right else 'no'} under the strict judge ({rule}; the "
+          f"truth, counted from the labels the data's publishers gave: {gold})")
     baselines(inst)
     print_spend(res, t0)
     return right
