@@ -82,7 +82,10 @@ class ParseCaps:
     output_mb: int = field(default_factory=lambda: limits.PARSE_OUTPUT_MB)
 
     def rlimits(self) -> dict[str, int]:
-        return {"as": self.memory_mb * MB, "cpu": self.cpu_seconds,
+        # address space per process twice the memory cap: virtual reservations (thread stacks,
+        # allocator arenas) are not memory; the tree's resident memory is held to the cap by
+        # the control group (or the host's watch)
+        return {"as": 2 * self.memory_mb * MB, "cpu": self.cpu_seconds,
                 "fsize": self.output_mb * MB, "core": 0}
 
 
@@ -213,11 +216,14 @@ def _here_file(src: Source, cap: int | None, stream_to: Path | None) -> Loaded:
 
 
 # ------------------------------------------------------------------ the confined process
-class _Run:
-    """One parser process: its directory, command, caps and what ended it."""
+class ParserProcess:
+    """One confined parser process: its directory, command, caps and what ended it. `boot` is
+    the Python it runs (BOOT: recursa.documents.parse_worker; tests run probes the same way);
+    `binds` are (host path, path inside) shown read-only; `how` is "bwrap" or "limits"."""
 
-    def __init__(self, how: str, caps: ParseCaps, binds: list[tuple[str, str]]):
-        self.how, self.caps = how, caps
+    def __init__(self, how: str, caps: ParseCaps, binds: list[tuple[str, str]],
+                 boot: str = BOOT):
+        self.how, self.caps, self.boot = how, caps, boot
         self.work = Path(owned_tempdir("recursa-parse-"))
         self.out = self.work / "out"
         self.out.mkdir(mode=0o700)
@@ -235,7 +241,7 @@ class _Run:
             env = {"LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8",
                    "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.work),
                    "TMPDIR": str(tmp)}
-            return ([python, "-I", "-S", "-c", BOOT, json.dumps(paths), json.dumps(args)], env,
+            return ([python, "-I", "-S", "-c", self.boot, json.dumps(paths), json.dumps(args)], env,
                     str(self.work))
         from recursa.sandbox.isolation import find_bwrap
         tmp_mb = limits.MAX_MEMBER_BYTES // MB + 64   # a SQLite member is read from a file
@@ -244,7 +250,7 @@ class _Run:
         inside = [f"/recursa/lib/{i}" for i in range(len(paths))]
         ro = [*zip(paths, inside, strict=True), *self.binds]
         argv = config.program_command(
-            ["-I", "-S", "-c", BOOT, json.dumps(inside), json.dumps(args)],
+            ["-I", "-S", "-c", self.boot, json.dumps(inside), json.dumps(args)],
             ro=ro, rw=[(str(self.out), _OUT)])
         return argv, {}, str(self.work)
 
@@ -309,6 +315,8 @@ class _Run:
             if group is not None:
                 group.remove()
         rc = proc.returncode if proc is not None and proc.returncode is not None else -9
+        if self.how == "bwrap" and rc > 128:   # bubblewrap exits 128+N for a signal N
+            rc = 128 - rc
         return rc, self._status(), self._stderr_tail()
 
     def _status(self) -> dict[str, Any] | None:
@@ -346,7 +354,7 @@ def _confined(how: str, request: dict[str, Any], name: str, binds: list[tuple[st
               caps: ParseCaps | None, stream_to: Path | None) -> Loaded:
     caps = caps or ParseCaps()
     request = {**request, "limits": limits.values()}
-    run = _Run(how, caps, binds)
+    run = ParserProcess(how, caps, binds)
     try:
         rc, status, err = run.run(request)
         if status is None or not status.get("ok"):
@@ -418,6 +426,10 @@ def _failure(name: str, caps: ParseCaps, reason: str | None, rc: int,
                                  "parser may write (recursa.documents.limits.PARSE_OUTPUT_MB, "
                                  "env RECURSA_PARSE_OUTPUT_MB)")
         return _ERRORS.get(kind, DocumentError)(message)
+    if "MemoryError" in err[-300:]:
+        return DocumentError(f"{name}: parsing it needed more than its {caps.memory_mb:,} MB "
+                             "of memory (recursa.documents.limits.PARSE_MEMORY_MB, env "
+                             "RECURSA_PARSE_MEMORY_MB)")
     if rc < 0 and -rc == signal.SIGXCPU:
         return DocumentError(f"{name}: parsing it took more than {caps.cpu_seconds:,} s of CPU, "
                              "so it was stopped (recursa.documents.limits.PARSE_CPU_SECONDS, "

@@ -29,17 +29,35 @@ from recursa.documents.model import to_wire
 from recursa.documents.source import ARCHIVES, Source, detect
 
 
-def main(args: dict[str, Any]) -> int:
+def setup(args: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    """Confine this process as `args` say and read the request: (request, the fd the status
+    goes to). Joins the control groups, sets the rlimits, reads the request, adopts the host's
+    bounds, and locks down (no capabilities, the seccomp filter) before anything is parsed."""
     from recursa.sandbox.worker import apply_limits, join_cgroups, lock_down
     join_cgroups([int(fd) for fd in args.get("cgroup_fds") or []])
-    apply_limits(args.get("rlimits") or {})
+    rlimits = dict(args.get("rlimits") or {})
+    cpu = rlimits.pop("cpu", None)
+    apply_limits(rlimits)
+    if cpu:
+        # SIGXCPU ends it at the cap (SIGKILL a little later if it is ignored): the host can
+        # tell the CPU cap from the memory cap's SIGKILL
+        import resource
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (int(cpu), int(cpu) + 2))
+        except (ValueError, OSError):   # a lower hard limit inherited: keep to that
+            apply_limits({"cpu": int(cpu)})
     status_fd = os.dup(1)
     os.dup2(2, 1)          # a library that prints cannot garble the status
-    request = json.load(sys.stdin)
+    request: dict[str, Any] = json.load(sys.stdin)
     for k, v in (request.get("limits") or {}).items():
         if k.isupper() and isinstance(getattr(limits, k, None), int) and isinstance(v, int):
             setattr(limits, k, v)
     lock_down(required=args.get("confine") == "require")
+    return request, status_fd
+
+
+def main(args: dict[str, Any]) -> int:
+    request, status_fd = setup(args)
     name = str(request.get("name") or "document")
     try:
         status = handle(request, Path(args["out"]))
@@ -58,9 +76,13 @@ def main(args: dict[str, Any]) -> int:
             status = _error("DocumentError", f"{name}: cannot be read ({e.strerror or e})")
     except Exception as e:   # a parser's own error: named, never a traceback to the host
         status = _error("DocumentError", f"{name}: cannot be read ({type(e).__name__}: {e})")
-    with os.fdopen(status_fd, "w", encoding="utf-8") as out:
-        out.write(json.dumps(status, ensure_ascii=False, default=str))
+    write_status(status_fd, status)
     return 0
+
+
+def write_status(fd: int, status: dict[str, Any]) -> None:
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(json.dumps(status, ensure_ascii=False, default=str))
 
 
 def _error(kind: str, message: str) -> dict[str, Any]:
