@@ -334,3 +334,16 @@ def test_a_cap_reached_in_a_real_parse_names_the_file_and_the_cap(mode: str, tmp
     with pytest.raises(DocumentError, match=r"big.csv: its text is over the 1 MB the parser "
                                             r"may write.*PARSE_OUTPUT_MB"):
         confine.load_file(big, caps=confine.ParseCaps(output_mb=1))
+
+
+def test_a_file_that_kills_the_parser_is_skipped_and_the_rest_of_the_folder_loads(
+        mode: str, tmp_path: Path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "a.txt").write_text("first")
+    hh.docx_paragraphs(root / "b.docx", 300_000)      # more CPU than the cap below
+    (root / "c.md").write_text("# last\n")
+    files, notes = confine.load_folder(root, caps=confine.ParseCaps(cpu_seconds=2))
+    assert set(files) == {"a.txt", "c.md"}
+    assert any(n.startswith("b.docx: skipped: parsing it took more than 2 s of CPU")
+               for n in notes), notes

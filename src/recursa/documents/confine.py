@@ -26,6 +26,8 @@ only for files you trust, or to debug a parser).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -61,6 +63,7 @@ LIBRARIES = ("pypdfium2", "docx", "pptx", "openpyxl", "et_xmlfile", "ebooklib", 
 NO_PARSER = frozenset({"text", "image", "binary", "legacy-office"})   # read here, as before
 PROCESSES = 512           # processes and threads of a parser (pyarrow starts one per core)
 STATUS_BYTES = 256 * 1024**2
+MAX_SKIPS = 3             # files of a folder skipped for killing the parser before it gives up
 _IN, _OUT = "/recursa/in", "/recursa/out"
 MB = 1024 * 1024
 
@@ -193,13 +196,18 @@ def python_paths() -> list[str]:
     """The directories of sys.path (in its order) that hold recursa or a parser library, and
     the site-packages: what the parser imports from. Nothing else (a script's own folder, the
     current directory) is shown to it."""
+    return list(_python_paths(tuple(sys.path)))
+
+
+@functools.lru_cache(maxsize=4)
+def _python_paths(path: tuple[str, ...]) -> tuple[str, ...]:
     want = {os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p)}
     for top in ("recursa", *LIBRARIES):
         spec = importlib.util.find_spec(top)
         for where in (spec.submodule_search_locations or []) if spec else []:
             want.add(os.path.realpath(os.path.dirname(where)))
-    ordered = [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]
-    return list(dict.fromkeys([p for p in ordered if p in want] + sorted(want)))
+    ordered = [os.path.realpath(p) for p in path if p and os.path.isdir(p)]
+    return tuple(dict.fromkeys([p for p in ordered if p in want] + sorted(want)))
 
 
 # ------------------------------------------------------------------ in this process ("off")
@@ -335,6 +343,13 @@ class ParserProcess:
         except OSError:
             return ""
 
+    def current(self) -> str | None:
+        """The file of a folder (member of an archive) it was reading when it stopped."""
+        try:
+            return _read_regular(self.out / "current", 64 * 1024).decode("utf-8") or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
     def cleanup(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)
 
@@ -352,24 +367,44 @@ def _read_regular(path: Path, cap: int) -> bytes:
 
 def _confined(how: str, request: dict[str, Any], name: str, binds: list[tuple[str, str]],
               caps: ParseCaps | None, stream_to: Path | None) -> Loaded:
+    """Run the parser on `request`. In a folder or an archive, a file that kills it (a cap,
+    a crash) is skipped with a note and the rest read again, up to MAX_SKIPS files, within the
+    one wall-clock budget."""
     caps = caps or ParseCaps()
-    request = {**request, "limits": limits.values()}
-    run = ParserProcess(how, caps, binds)
-    try:
-        rc, status, err = run.run(request)
-        if status is None or not status.get("ok"):
+    deadline = time.monotonic() + caps.seconds
+    skip: dict[str, str] = {}
+    while True:
+        left = max(1.0, deadline - time.monotonic())
+        run = ParserProcess(how, dataclasses.replace(caps, seconds=left), binds)
+        try:
+            rc, status, err = run.run({**request, "limits": limits.values(), "skip": skip})
+            if status is not None and status.get("ok"):
+                return _loaded(run, status, name, caps, stream_to)
+            culprit = run.current()
+            fatal = status is None or run.reason is not None or \
+                status.get("type") in ("MemoryError", "OutputLimit")
+            if fatal and culprit and culprit not in skip and len(skip) < MAX_SKIPS and \
+                    time.monotonic() < deadline:
+                why = str(_failure(culprit, caps, run.reason, rc, status, err))
+                skip[culprit] = why.removeprefix(f"{culprit}: ")
+                continue
             raise _failure(name, caps, run.reason, rc, status, err)
-        notes = [str(n) for n in status.get("notes") or []]
-        result = run.out / "result.json"
-        if status.get("stats") is not None:
-            from recursa.documents.build import DocStats
-            stats = DocStats(**status["stats"])
-            assert stream_to is not None
-            _take_file(result, stream_to, caps)
-            return Loaded(notes=notes, stats=stats)
-        return Loaded(_read_value(result, name, caps), notes)
-    finally:
-        run.cleanup()
+        finally:
+            run.cleanup()
+
+
+def _loaded(run: ParserProcess, status: dict[str, Any], name: str, caps: ParseCaps,
+            stream_to: Path | None) -> Loaded:
+    notes = [str(n) for n in status.get("notes") or []]
+    result = run.out / "result.json"
+    if status.get("stats") is not None:
+        from recursa.documents.build import DocStats
+        stats = DocStats(**status["stats"])
+        if stream_to is None:
+            raise DocumentError(f"{name}: the parser streamed what was not asked for")
+        _take_file(result, stream_to, caps)
+        return Loaded(notes=notes, stats=stats)
+    return Loaded(_read_value(result, name, caps), notes)
 
 
 def _take_file(result: Path, dest: Path, caps: ParseCaps) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -112,13 +112,22 @@ def _archive(src: Source, kind: str, notes: list[str]) -> dict[str, Any]:
     return dict(iter_archive(src, kind, notes))
 
 
-def iter_archive(src: Source, kind: str, notes: list[str]) -> Iterator[tuple[str, Any]]:
-    """(member path, value) of each readable member as it is read."""
+def iter_archive(src: Source, kind: str, notes: list[str], *,
+                 skip: Mapping[str, str] | None = None,
+                 reading: Callable[[str], object] | None = None) -> Iterator[tuple[str, Any]]:
+    """(member path, value) of each readable member as it is read. `skip`: members not to
+    read, with why (a note each); `reading(name)` is called before a member is read."""
     # tarfile: only for an archive (EXTRACTORS)
     from recursa.documents.formats import archive
     members = archive.zip_members if kind == "zip" else archive.tar_members
     found = skipped = 0
     for name, data in members(src, notes):
+        if skip and name in skip:
+            skipped += 1
+            notes.append(f"{name}: skipped: {skip[name]}")
+            continue
+        if reading is not None:
+            reading(name)
         try:
             value = load_source(Source(name, data=data), notes, cap=limits.MAX_MEMBER_BYTES,
                                 nested=True)

@@ -95,9 +95,13 @@ def handle(request: dict[str, Any], out: Path) -> dict[str, Any]:
     result = out / "result.json"
     path = Path(str(request["path"]))
     name = str(request["name"])
+    skip = {str(k): str(v) for k, v in (request.get("skip") or {}).items()}
+
+    def reading(entry: str) -> None:   # the host skips it if it kills this process
+        (out / "current").write_text(entry, encoding="utf-8")
     if request["op"] == "tree":
         from recursa.documents.tree import iter_tree
-        _write_entries(result, iter_tree(path, notes, label=name))
+        _write_entries(result, iter_tree(path, notes, label=name, skip=skip, reading=reading))
         return {"ok": True, "notes": notes}
     src = Source(name, path=path)
     cap = int(request.get("cap") or limits.MAX_DOCUMENT_BYTES)
@@ -109,7 +113,7 @@ def handle(request: dict[str, Any], out: Path) -> dict[str, Any]:
         assert stats is not None
         return {"ok": True, "notes": list(stats.notes), "stats": dataclasses.asdict(stats)}
     if kind in ARCHIVES:   # member by member: one member's text in memory at a time
-        _write_entries(result, iter_archive(src, kind, notes))
+        _write_entries(result, iter_archive(src, kind, notes, skip=skip, reading=reading))
     else:
         value = load_source(src, notes, cap=cap)
         with result.open("w", encoding="utf-8", errors="replace") as f:

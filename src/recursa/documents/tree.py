@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -144,10 +144,14 @@ def read_tree(root: Path) -> tuple[dict[str, Any], list[str]]:
     return dict(iter_tree(root, notes)), notes
 
 
-def iter_tree(root: Path, notes: list[str], label: str | None = None
-              ) -> Iterator[tuple[str, Any]]:
+def iter_tree(root: Path, notes: list[str], label: str | None = None, *,
+              skip: Mapping[str, str] | None = None,
+              reading: Callable[[str], object] | None = None) -> Iterator[tuple[str, Any]]:
     """(relative path, value) of each file of the folder as it is read; `notes` is complete
-    when the iteration ends. `label` names the folder in errors (default: `root`)."""
+    when the iteration ends. `label` names the folder in errors (default: `root`); `skip`:
+    files not to read, with why (a note each); `reading(rel)` is called before a file is read
+    (the confined parser tells the host which file it is on: one that kills it is skipped
+    when the folder is read again)."""
     skipped: Counter[str] = Counter()
     binaries: list[str] = []
     found = 0
@@ -174,6 +178,12 @@ def iter_tree(root: Path, notes: list[str], label: str | None = None
             skipped["binary"] += 1
             binaries.append(rel)
             continue
+        if skip and rel in skip:
+            skipped["unreadable documents"] += 1
+            notes.append(f"{rel}: skipped: {skip[rel]}")
+            continue
+        if reading is not None:
+            reading(rel)
         try:
             value = load_source(src, notes, cap=cap)
         except MissingExtra as e:
