@@ -30,6 +30,7 @@ import dataclasses
 import functools
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import signal
@@ -53,6 +54,8 @@ from recursa.documents.source import Source, detect
 
 if TYPE_CHECKING:
     from recursa.documents.build import DocStats
+
+log = logging.getLogger("recursa.documents")
 
 ENV_MODE = "RECURSA_DOCUMENT_SANDBOX"
 MODES = ("auto", "bwrap", "limits", "off")
@@ -84,12 +87,13 @@ class ParseCaps:
     seconds: float = field(default_factory=lambda: float(limits.PARSE_SECONDS))
     output_mb: int = field(default_factory=lambda: limits.PARSE_OUTPUT_MB)
 
-    def rlimits(self) -> dict[str, int]:
-        # address space per process twice the memory cap: virtual reservations (thread stacks,
-        # allocator arenas) are not memory; the tree's resident memory is held to the cap by
-        # the control group (or the host's watch)
-        return {"as": 2 * self.memory_mb * MB, "cpu": self.cpu_seconds,
-                "fsize": self.output_mb * MB, "core": 0}
+    def rlimits(self, *, cgroup: bool) -> dict[str, int]:
+        # Under a control group, which holds the tree's resident memory to the cap, address
+        # space may be twice it (thread stacks and allocator arenas reserve more than they
+        # use); without one the host's watch of resident memory is a poll, so the address
+        # space of each process is held to the cap itself
+        space = (2 if cgroup else 1) * self.memory_mb * MB
+        return {"as": space, "cpu": self.cpu_seconds, "fsize": self.output_mb * MB, "core": 0}
 
 
 @dataclass
@@ -109,6 +113,9 @@ def load_file(path: Path, name: str | None = None, *, cap: int | None = None,
     `stream_to`, a document of a streamed format (PDF, Office, CSV, ...) is written there as
     the sandbox's payload JSON and only its DocStats come back."""
     src = Source(name or path.name, path=path)
+    real = os.path.realpath(path)
+    if not stat.S_ISREG(os.stat(real).st_mode):   # a FIFO or a device is never opened
+        raise DocumentError(f"{src.name}: not a regular file (a device, FIFO or socket)")
     check_size(src, limits.MAX_DOCUMENT_BYTES if cap is None else cap)
     kind = detect(src, deep=False)
     notes: list[str] = []
@@ -117,9 +124,6 @@ def load_file(path: Path, name: str | None = None, *, cap: int | None = None,
     how = mode()
     if how == "off":
         return _here_file(src, cap, stream_to)
-    real = os.path.realpath(path)
-    if not stat.S_ISREG(os.stat(real).st_mode):
-        raise DocumentError(f"{src.name}: not a regular file")
     inside = f"{_IN}/file{_suffix(src.name)}" if how == "bwrap" else real
     req = {"op": "file", "path": inside, "name": src.name, "cap": cap,
            "stream": stream_to is not None}
@@ -169,12 +173,10 @@ def _suffix(name: str) -> str:
 
 
 # ------------------------------------------------------------------ how
-_bwrap_ok: dict[str, bool] = {}
-
-
 def mode() -> str:
     """How documents are parsed here: "bwrap", "limits" or "off" (RECURSA_DOCUMENT_SANDBOX;
-    "auto", the default, is bubblewrap where it can make a sandbox, else "limits")."""
+    "auto", the default, is bubblewrap where it can make a sandbox, else "limits"). A bubblewrap
+    that fails is probed again next time (isolation.py keeps only successes)."""
     want = (os.environ.get(ENV_MODE) or "auto").strip().lower()
     if want not in MODES:
         raise ValueError(f"{ENV_MODE} must be one of {', '.join(MODES)}, not {want!r}")
@@ -187,9 +189,16 @@ def mode() -> str:
     bw = find_bwrap() if sys.platform == "linux" else None
     if bw is None:
         return "limits"
-    if bw not in _bwrap_ok:
-        _bwrap_ok[bw] = unavailable_reason(bw) is None
-    return "bwrap" if _bwrap_ok[bw] else "limits"
+    why = unavailable_reason(bw)
+    if why is None:
+        return "bwrap"
+    if bw not in _warned:
+        _warned.add(bw)
+        log.warning("recursa: documents are parsed without bubblewrap (%s)", why)
+    return "limits"
+
+
+_warned: set[str] = set()
 
 
 def python_paths() -> list[str]:
@@ -275,7 +284,7 @@ class ParserProcess:
         host = cgroup_host()
         group = host.new_group(self.caps.memory_mb * MB, PROCESSES) if host else None
         fds = group.open_procs() if group else []
-        args = {"rlimits": self.caps.rlimits(), "cgroup_fds": fds,
+        args = {"rlimits": self.caps.rlimits(cgroup=group is not None), "cgroup_fds": fds,
                 "confine": "require" if self.how == "bwrap" else "try",
                 "out": _OUT if self.how == "bwrap" else str(self.out)}
         argv, env, cwd = self.command(args)

@@ -50,8 +50,9 @@ def _guarded(src: Source, kind: str, run: Callable[[], Any]) -> Any:
     except DocumentError:
         raise
     except MemoryError:
-        raise DocumentError(f"{src.name}: out of memory while reading it as {LABELS[kind]}") \
-            from None
+        raise DocumentError(f"{src.name}: out of memory while reading it as {LABELS[kind]} "
+                            "(the document parser's cap: recursa.documents.limits."
+                            "PARSE_MEMORY_MB, env RECURSA_PARSE_MEMORY_MB)") from None
     except Exception as e:
         raise DocumentError(f"{src.name}: cannot be read as {LABELS[kind]} "
                             f"({type(e).__name__}: {e})") from None
