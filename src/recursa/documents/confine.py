@@ -210,7 +210,8 @@ def python_paths() -> list[str]:
 
 @functools.lru_cache(maxsize=4)
 def _python_paths(path: tuple[str, ...]) -> tuple[str, ...]:
-    want = {os.path.realpath(p) for p in site.getsitepackages() if os.path.isdir(p)}
+    sites: list[str] = getattr(site, "getsitepackages", list)()   # absent in old virtualenvs
+    want = {os.path.realpath(p) for p in sites if os.path.isdir(p)}
     for top in ("recursa", *LIBRARIES):
         spec = importlib.util.find_spec(top)
         for where in (spec.submodule_search_locations or []) if spec else []:
