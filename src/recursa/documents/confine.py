@@ -282,9 +282,17 @@ class ParserProcess:
         from recursa.sandbox.transport import kill_tree
         from recursa.sandbox.treelimits import WATCH, cgroup_host
         (self.work / "request.json").write_text(json.dumps(request))
+        group = None
+        fds: list[int] = []
         host = cgroup_host()
-        group = host.new_group(self.caps.memory_mb * MB, PROCESSES) if host else None
-        fds = group.open_procs() if group else []
+        if host is not None:
+            try:
+                group = host.new_group(self.caps.memory_mb * MB, PROCESSES)
+                fds = group.open_procs()
+            except OSError:   # e.g. the parent group vanished: the host's watch instead
+                if group is not None:
+                    group.remove()
+                group = None
         args = {"rlimits": self.caps.rlimits(cgroup=group is not None), "cgroup_fds": fds,
                 "confine": "require" if self.how == "bwrap" else "try",
                 "out": _OUT if self.how == "bwrap" else str(self.out)}
@@ -409,7 +417,11 @@ def _loaded(run: ParserProcess, status: dict[str, Any], name: str, caps: ParseCa
     result = run.out / "result.json"
     if status.get("stats") is not None:
         from recursa.documents.build import DocStats
-        stats = DocStats(**status["stats"])
+        try:
+            stats = DocStats(**status["stats"])
+        except TypeError as e:
+            raise DocumentError(f"{name}: the confined parser's status cannot be read "
+                                f"({e})") from None
         if stream_to is None:
             raise DocumentError(f"{name}: the parser streamed what was not asked for")
         _take_file(result, stream_to, caps)
@@ -440,8 +452,9 @@ def _read_value(result: Path, name: str, caps: ParseCaps) -> Any:
     try:
         data = _read_regular(result, caps.output_mb * MB)
         return json.loads(data, object_hook=_hook)
-    except (OSError, ValueError, images.ImageError) as e:
-        raise DocumentError(f"{name}: the confined parser's output cannot be read ({e})") from None
+    except (OSError, ValueError, TypeError, images.ImageError) as e:
+        raise DocumentError(f"{name}: the confined parser's output cannot be read ({e})") \
+            from None
 
 
 _ERRORS: dict[str, type[Exception]] = {"MissingExtra": MissingExtra,
