@@ -61,7 +61,7 @@ QUERY_PREVIEW = 1500          # as RLM does for rlm_query without a context
 ANSWER_CHUNK = 1000           # characters per content delta when streaming the answer
 
 
-def upload_caps() -> ParseCaps:
+def default_upload_caps() -> ParseCaps:
     """What parsing one attached file may use: less than a document given on the command line
     (recursa.documents.limits), since anyone who can reach the server sends these."""
     return ParseCaps(memory_mb=1024, cpu_seconds=60, seconds=120, output_mb=512)
@@ -118,7 +118,7 @@ class ServerConfig:
     allow_origins: list[str] = field(default_factory=list)
     # Attached files are parsed by the confined document parser (recursa.documents.confine),
     # off the event loop, with `upload_caps`; at most `upload_parsers` at once (others wait)
-    upload_caps: ParseCaps = field(default_factory=upload_caps)
+    upload_caps: ParseCaps = field(default_factory=default_upload_caps)
     upload_parsers: int = 2
     parsing: threading.BoundedSemaphore = field(init=False, repr=False)
     # Model clients by spec, built once and shared by every request's RLM, so requests reuse
