@@ -192,6 +192,11 @@ def test_encrypted_truncated_and_legacy_files_are_named(files: dict[str, Path], 
 
 def test_zip_bomb_is_refused_by_size_before_extraction(tmp_path: Path, monkeypatch):
     bomb = h.zip_bomb(tmp_path / "bomb.zip")
+    with pytest.raises(DocumentError, match=r"bomb.zip: archive refused before extraction: "
+                                            r"member 'zeros.txt' would unpack [\d,]+ times"):
+        load(bomb)              # in the confined parser
+    # in this process, to see that no member is opened
+    monkeypatch.setenv("RECURSA_DOCUMENT_SANDBOX", "off")
     opened = []
     real_open = zipfile.ZipFile.open
     monkeypatch.setattr(zipfile.ZipFile, "open",
@@ -218,6 +223,8 @@ def test_oversized_file_is_refused_naming_it(files: dict[str, Path], monkeypatch
 
 
 def test_missing_library_names_the_docs_extra(files: dict[str, Path], monkeypatch, tmp_path):
+    # a library hidden from this process: so the parse runs here, not in the confined parser
+    monkeypatch.setenv("RECURSA_DOCUMENT_SANDBOX", "off")
     monkeypatch.setitem(sys.modules, "pypdfium2", None)
     with pytest.raises(MissingExtra, match=r"report.pdf: reading PDF files needs .*'pypdfium2'"
                                            r".*pip install 'recursa\[docs\]'"):

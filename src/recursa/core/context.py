@@ -17,7 +17,6 @@ from typing import Any
 from recursa.base import images
 from recursa.base.types import ContextError, ContextPayload
 from recursa.documents.errors import DocumentError
-from recursa.documents.load import load_source, stream_file
 from recursa.documents.model import Document, has_documents, to_wire
 from recursa.documents.source import Source, detect
 from recursa.documents.tree import load_tree
@@ -45,14 +44,20 @@ def load_path(path: Path) -> tuple[Any, list[str]]:
     if not path.exists():
         raise ContextError(f"context path does not exist: {path}")
     if path.is_file():
-        notes: list[str] = []
-        try:
-            return load_source(Source(path.name, path=path), notes), notes
-        except OSError as e:
-            raise ContextError(f"cannot read context file {path}: {e.strerror}") from e
+        got = _load_file(path)
+        return got.value, got.notes
     if not path.is_dir():
         raise ContextError(f"context path is neither a file nor a directory: {path}")
     return load_tree(path)
+
+
+def _load_file(path: Path, stream_to: Path | None = None) -> Any:
+    """confine.load_file: a document is parsed in a confined process, never here."""
+    from recursa.documents import confine
+    try:
+        return confine.load_file(path, stream_to=stream_to)
+    except OSError as e:
+        raise ContextError(f"cannot read context file {path}: {e.strerror or e}") from e
 
 
 def _load_inner_paths(value: Any) -> Any:
@@ -62,7 +67,9 @@ def _load_inner_paths(value: Any) -> Any:
         p = Path(value)
         if not p.exists():
             raise ContextError(f"context path does not exist: {p}")
-        if p.is_dir() or detect(Source(p.name, path=p)) != "image":
+        if not p.is_dir() and not p.is_file():   # a FIFO or a device is never opened
+            raise ContextError(f"context path is neither a file nor a directory: {p}")
+        if p.is_dir() or detect(Source(p.name, path=p), deep=False) != "image":
             return load_path(p)[0]
         return value
     if isinstance(value, dict):
@@ -174,10 +181,12 @@ def prepare(context: Any, workdir: Path) -> Prepared:
     if isinstance(context, os.PathLike):
         path = Path(context)
         if path.is_file():
-            streamed = _prepare_streamed(path, workdir)
-            if streamed is not None:
-                return streamed
-        context, notes = load_path(path)
+            got = _prepare_streamed(path, workdir)
+            if isinstance(got, Prepared):
+                return got
+            context, notes = got.value, got.notes
+        else:
+            context, notes = load_path(path)
         source = (f"directory {path.name}/" if path.is_dir() else
                   f"archive {path.name}" if isinstance(context, dict) else f"file {path.name}")
     elif isinstance(context, list | tuple | dict):
@@ -186,7 +195,9 @@ def prepare(context: Any, workdir: Path) -> Prepared:
         raise ContextError("no context given: pass context=<str | list | dict | Path>")
     context, found = images.normalize(context)   # images anywhere -> images.Image
     if isinstance(context, bytes):   # e.g. `--context -`: a piped PDF is read as a PDF
-        context = load_source(Source("context bytes", data=context), notes)
+        from recursa.documents import confine
+        context, read_notes = confine.load_bytes(context, "context bytes")
+        notes += read_notes
         if isinstance(context, list | dict):
             context, more = images.normalize(context)
             found += more
@@ -224,24 +235,21 @@ def prepare(context: Any, workdir: Path) -> Prepared:
     return Prepared(payload=payload, description=description, chars=_size(context), notes=notes)
 
 
-def _prepare_streamed(path: Path, workdir: Path) -> Prepared | None:
+def _prepare_streamed(path: Path, workdir: Path) -> Any:
     """A document file (PDF, Office, CSV, ...) written into the payload as it is read, one page
-    or a few thousand rows at a time, so a big file is never held in memory whole; None for any
-    other file."""
+    or a few thousand rows at a time (by the confined parser), so a big file is never held in
+    memory whole: its Prepared. Any other file: what confine.load_file made of it."""
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / "context.json"
     try:
-        with out.open("w", encoding="utf-8", errors="replace") as f:
-            stats = stream_file(path, f)
-    except OSError as e:
-        out.unlink(missing_ok=True)
-        raise ContextError(f"cannot read context file {path}: {e.strerror}") from e
-    except DocumentError:
+        got = _load_file(path, stream_to=out)
+    except BaseException:
         out.unlink(missing_ok=True)
         raise
+    stats = got.stats
     if stats is None:
         out.unlink(missing_ok=True)
-        return None
+        return got
     if stats.chars == 0:
         out.unlink(missing_ok=True)
         raise DocumentError(f"{path.name}: no text could be read from it"

@@ -9,6 +9,10 @@ read honouring .gitignore. The format libraries are the optional `docs` extra
     rlm.completion("...", context=doc)  # or context=Path("report.pdf"), or a folder
 
 `Location` / `locate()` say where a span of text lies (file, page, line, character offsets).
+
+Documents are parsed in a confined process of their own (recursa.documents.confine: bubblewrap,
+no keys, no network, memory / CPU / time / output caps), never in the caller's; the bounds on
+what one may cost are recursa.documents.limits.
 """
 
 from typing import TYPE_CHECKING, Any

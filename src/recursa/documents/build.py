@@ -38,6 +38,7 @@ class Extraction:
     kind: str
     meta: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    max_chars: int = 0          # the most text the document may make (limits.text_cap)
 
 
 @dataclass
@@ -74,11 +75,29 @@ Extractor = Callable[[Source, Extraction], Iterator[Piece]]
 Emit = Callable[[str], object]
 
 
-class _Writer:
-    """Counts characters and lines of what passes through, keeps the first PREVIEW_CHARS."""
+class TextOverLimit(Exception):
+    """Raised by an extractor whose text would pass Extraction.max_chars (before it is made)."""
 
-    def __init__(self, emit: Emit, name: str):
-        self.emit, self.name = emit, name
+
+def over_limit(name: str, size: int) -> DocumentError:
+    cap = limits.text_cap(size)
+    if cap == limits.MAX_TEXT_CHARS:
+        return DocumentError(f"{name}: its text is over {cap:,} characters "
+                             "(recursa.documents.limits.MAX_TEXT_CHARS)")
+    return DocumentError(
+        f"{name}: its text grew past {cap:,} characters, more than "
+        f"{limits.MAX_TEXT_RATIO} per byte of its {size:,} bytes: refused as a likely "
+        "decompression bomb (recursa.documents.limits.MAX_TEXT_RATIO and TEXT_RATIO_FLOOR; "
+        "raise them to read it)")
+
+
+class _Writer:
+    """Counts characters and lines of what passes through, keeps the first PREVIEW_CHARS;
+    refuses text past the document's cap (limits.text_cap of its size)."""
+
+    def __init__(self, emit: Emit, name: str, size: int):
+        self.emit, self.name, self.size = emit, name, size
+        self.cap = limits.text_cap(size)
         self.pos = 0
         self.lines = 1
         self.head: list[str] = []
@@ -88,9 +107,8 @@ class _Writer:
         if not s:
             return
         self.pos += len(s)
-        if self.pos > limits.MAX_TEXT_CHARS:
-            raise DocumentError(f"{self.name}: its text is over {limits.MAX_TEXT_CHARS:,} "
-                                "characters (recursa.documents.limits.MAX_TEXT_CHARS)")
+        if self.pos > self.cap:
+            raise over_limit(self.name, self.size)
         self.lines += s.count("\n")
         if self.head_len <= PREVIEW_CHARS:
             self.head.append(s[:PREVIEW_CHARS + 1])
@@ -100,23 +118,28 @@ class _Writer:
 
 def _run(src: Source, extract: Extractor, kind: str,
          emit: Emit) -> tuple[Extraction, list[list[Any]], _Writer]:
-    info = Extraction(src.name, kind)
-    w = _Writer(emit, src.name)
+    size = src.size
+    w = _Writer(emit, src.name, size)
+    info = Extraction(src.name, kind, max_chars=w.cap)
     raw: list[list[Any]] = []
     numbers: Counter[str] = Counter()
-    for i, piece in enumerate(extract(src, info)):
-        if i:
-            w.write("\n\n")
-        if piece.header:
-            w.write(piece.header + "\n")
-        start = w.pos
-        if isinstance(piece.text, str):
-            w.write(piece.text)
-        else:
-            for chunk in piece.text:
-                w.write(chunk)
-        numbers[piece.kind] += 1
-        raw.append([piece.kind, numbers[piece.kind], piece.name, start, w.pos, piece.meta or None])
+    try:
+        for i, piece in enumerate(extract(src, info)):
+            if i:
+                w.write("\n\n")
+            if piece.header:
+                w.write(piece.header + "\n")
+            start = w.pos
+            if isinstance(piece.text, str):
+                w.write(piece.text)
+            else:
+                for chunk in piece.text:
+                    w.write(chunk)
+            numbers[piece.kind] += 1
+            raw.append([piece.kind, numbers[piece.kind], piece.name, start, w.pos,
+                        piece.meta or None])
+    except TextOverLimit:
+        raise over_limit(src.name, size) from None
     return info, raw, w
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -50,14 +50,15 @@ def _guarded(src: Source, kind: str, run: Callable[[], Any]) -> Any:
     except DocumentError:
         raise
     except MemoryError:
-        raise DocumentError(f"{src.name}: out of memory while reading it as {LABELS[kind]}") \
-            from None
+        raise DocumentError(f"{src.name}: out of memory while reading it as {LABELS[kind]} "
+                            "(the document parser's cap: recursa.documents.limits."
+                            "PARSE_MEMORY_MB, env RECURSA_PARSE_MEMORY_MB)") from None
     except Exception as e:
         raise DocumentError(f"{src.name}: cannot be read as {LABELS[kind]} "
                             f"({type(e).__name__}: {e})") from None
 
 
-def _check_size(src: Source, cap: int) -> None:
+def check_size(src: Source, cap: int) -> None:
     size = src.size
     if size > cap:
         raise DocumentError(f"{src.name}: {limits.mb(size)} is over the {limits.mb(cap)} limit "
@@ -81,7 +82,7 @@ def load_source(src: Source, notes: list[str], *, cap: int = limits.MAX_DOCUMENT
                 nested: bool = False) -> Any:
     """The context value of one file: Document, {member: value} for an archive, Image or str.
     Problems that do not stop the file go to `notes`."""
-    _check_size(src, cap)
+    check_size(src, cap)
     kind = detect(src)
     if kind in EXTRACTORS:
         # loaded with the format's module (EXTRACTORS)
@@ -109,22 +110,37 @@ def load_source(src: Source, notes: list[str], *, cap: int = limits.MAX_DOCUMENT
 
 
 def _archive(src: Source, kind: str, notes: list[str]) -> dict[str, Any]:
+    return dict(iter_archive(src, kind, notes))
+
+
+def iter_archive(src: Source, kind: str, notes: list[str], *,
+                 skip: Mapping[str, str] | None = None,
+                 reading: Callable[[str], object] | None = None) -> Iterator[tuple[str, Any]]:
+    """(member path, value) of each readable member as it is read. `skip`: members not to
+    read, with why (a note each); `reading(name)` is called before a member is read."""
     # tarfile: only for an archive (EXTRACTORS)
     from recursa.documents.formats import archive
     members = archive.zip_members if kind == "zip" else archive.tar_members
-    files: dict[str, Any] = {}
-    skipped = 0
+    found = skipped = 0
     for name, data in members(src, notes):
+        if skip and name in skip:
+            skipped += 1
+            notes.append(f"{name}: skipped: {skip[name]}")
+            continue
+        if reading is not None:
+            reading(name)
         try:
-            files[name] = load_source(Source(name, data=data), notes,
-                                      cap=limits.MAX_MEMBER_BYTES, nested=True)
+            value = load_source(Source(name, data=data), notes, cap=limits.MAX_MEMBER_BYTES,
+                                nested=True)
         except DocumentError as e:
             skipped += 1
             notes.append(f"{name}: skipped: {_short(e, name)}")
-    if not files:
+            continue
+        found += 1
+        yield name, value
+    if not found:
         raise DocumentError(f"{src.name}: the archive holds no readable file"
                             + (f" ({skipped} skipped: {notes[-1]})" if skipped else ""))
-    return files
 
 
 def _short(e: Exception, name: str) -> str:
@@ -136,14 +152,16 @@ def load(path: str | os.PathLike[str] | bytes, *, name: str | None = None) -> An
     """Load a file as recursa would as a context: a PDF, Word, PowerPoint, Excel, EPUB, HTML,
     Markdown, CSV/TSV, JSON Lines, Parquet or SQLite file -> Document; a zip/tar archive -> dict
     by member path; an image -> Image; any other text -> str. `path` may be the file's bytes,
-    with `name`. Bad, encrypted or oversized files raise DocumentError naming the file."""
-    notes: list[str] = []
+    with `name`. Bad, encrypted or oversized files raise DocumentError naming the file.
+    Documents are parsed in a confined process (recursa.documents.confine), never here."""
+    from recursa.documents import confine
     if isinstance(path, bytes | bytearray):
-        return load_source(Source(name or "document", data=bytes(path)), notes)
+        return confine.load_bytes(bytes(path), name or "document")[0]
     p = Path(path)
     if not p.is_file():
-        raise DocumentError(f"{p}: no such file")
-    return load_source(Source(name or p.name, path=p), notes)
+        raise DocumentError(f"{p}: no such file" if not p.exists() else
+                            f"{p}: not a regular file (a directory, device, FIFO or socket)")
+    return confine.load_file(p, name or p.name).value
 
 
 def stream_file(path: Path, out: TextIO, name: str | None = None) -> DocStats | None:
@@ -153,7 +171,7 @@ def stream_file(path: Path, out: TextIO, name: str | None = None) -> DocStats | 
     kind = detect(src)
     if kind not in EXTRACTORS:
         return None
-    _check_size(src, limits.MAX_DOCUMENT_BYTES)
+    check_size(src, limits.MAX_DOCUMENT_BYTES)
     # loaded with the format's module (EXTRACTORS)
     from recursa.documents.build import stream
     extract = extractor(kind)

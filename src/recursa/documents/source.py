@@ -81,14 +81,15 @@ def _zip_kind(src: Source) -> str:
     return "zip"
 
 
-def detect(src: Source, head: bytes | None = None) -> str:
+def detect(src: Source, head: bytes | None = None, *, deep: bool = True) -> str:
     """The format of `src`: one of DOCUMENT_FORMATS, "image", "legacy-office", "binary" or
-    "text" (any other text, read as it is)."""
+    "text" (any other text, read as it is). `deep=False` reads no more than the head: a zip
+    container is "zip" whatever it holds (what the host needs to know to confine its parse)."""
     head = src.head() if head is None else head
     if head.startswith(b"%PDF-") or b"%PDF-" in head[:1024]:
         return "pdf"
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
-        return _zip_kind(src)
+        return _zip_kind(src) if deep else "zip"
     if head.startswith(b"SQLite format 3\x00"):
         return "sqlite"
     if head.startswith(b"PAR1"):

@@ -69,6 +69,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -203,6 +204,27 @@ class WorkerConfig:
         a += self._bwrap_tail(env)
         return a + ["--", python, "-I", "-S", f"{_IN}/zygote.py", "--control-fd",
                     str(control_fd), *(["--userns"] if self.userns else [])]
+
+    def program_command(self, argv: Sequence[str], *, ro: Sequence[tuple[str, str]] = (),
+                        rw: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """bubblewrap around a program of recursa's own other than the REPL worker (the
+        document parser, recursa.documents.confine), with what a worker gets: a clean
+        environment, no network, its own pid/ipc/uts/user namespaces, only /usr, the interpreter
+        (at /recursa/python when relocated) and a size-capped /tmp to see, no capabilities;
+        plus the `ro` / `rw` binds (host path, path inside). `argv` follows the interpreter."""
+        assert self.mode == "bwrap"
+        env = self._env()
+        a, python = self._bwrap(env, privileged=False)
+        if os.geteuid() == 0:   # bwrap run by root keeps every capability unless told
+            a += ["--cap-drop", "ALL"]
+        for src, dst in ro:
+            a += ["--ro-bind", src, dst]
+        for src, dst in rw:
+            a += ["--bind", src, dst]
+        a += ["--dir", "/workspace",
+              "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        a += self._bwrap_tail(env)
+        return [*a, "--", python, *argv]
 
     @staticmethod
     def _env() -> dict[str, str]:

@@ -1033,6 +1033,9 @@ def _apply_limits(limits: dict[str, int]) -> None:
             pass
 
 
+apply_limits = _apply_limits   # for recursa's other confined programs (the document parser)
+
+
 def _drop_bounding_caps() -> None:
     # Belt and braces: capabilities are cleared by setuid() below, and bubblewrap sets
     # no_new_privs, but with an empty bounding set nothing could ever regain one.

@@ -49,6 +49,12 @@ def add_serve_options(p: argparse.ArgumentParser) -> None:
                    "continues in it (least recently used closed first; 0: off; default 16)")
     p.add_argument("--session-ttl", type=float, default=600.0, metavar="S",
                    help="close a conversation's sandbox after S seconds unused (default 600)")
+    p.add_argument("--header-timeout", type=float, default=15.0, metavar="S",
+                   help="drop a client whose request headers take over S seconds to arrive "
+                   "(slowloris; default 15)")
+    p.add_argument("--body-timeout", type=float, default=60.0, metavar="S",
+                   help="drop a client whose request body takes over S seconds to arrive "
+                   "after its headers (default 60)")
     p.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto",
                    help="event loop (default auto: uvloop when installed, as uvicorn picks)")
     p.add_argument("--log-level", default="info",

@@ -119,7 +119,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
         err.print(f"API key (clients send it as the OpenAI API key): {generated}")
         err.print("[dim]  (a new one each start: pass --api-key or RECURSA_SERVER_API_KEY to "
                   "keep one, --no-token for none)[/]")
-    serve(app, host=a.host, port=a.port, log_level=a.log_level, loop=a.loop)
+    serve(app, host=a.host, port=a.port, log_level=a.log_level, loop=a.loop,
+          header_timeout=a.header_timeout, body_timeout=a.body_timeout)
     return 0
 
 

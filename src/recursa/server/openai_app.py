@@ -25,6 +25,7 @@ import contextlib
 import hmac
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -46,16 +47,24 @@ from recursa.core.budget import Budget
 from recursa.core.preflight import PreflightError
 from recursa.core.rlm import RLM
 from recursa.core.strategy import STRATEGIES
+from recursa.documents.confine import ParseCaps
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
 from recursa.server.guard import RequestGuard, RequestPolicy
 from recursa.server.paste import SHORT, split_document, tagged_context
 from recursa.server.sessions import SessionPool, Turn, ask, chat_turn
+from recursa.server.slowclients import BODY_TIMEOUT, HEADER_TIMEOUT, guarded_h11
 
 log = logging.getLogger("recursa.server")
 
 MAX_JSON_DEPTH = 64           # nesting a request may have; a chat request needs about 8
 QUERY_PREVIEW = 1500          # as RLM does for rlm_query without a context
 ANSWER_CHUNK = 1000           # characters per content delta when streaming the answer
+
+
+def default_upload_caps() -> ParseCaps:
+    """What parsing one attached file may use: less than a document given on the command line
+    (recursa.documents.limits), since anyone who can reach the server sends these."""
+    return ParseCaps(memory_mb=1024, cpu_seconds=60, seconds=120, output_mb=512)
 
 
 # ---------------------------------------------------------------- configuration
@@ -107,9 +116,19 @@ class ServerConfig:
     host: str = "127.0.0.1"
     allow_hosts: list[str] = field(default_factory=list)
     allow_origins: list[str] = field(default_factory=list)
+    # Attached files are parsed by the confined document parser (recursa.documents.confine),
+    # off the event loop, with `upload_caps`; at most `upload_parsers` at once (others wait)
+    upload_caps: ParseCaps = field(default_factory=default_upload_caps)
+    upload_parsers: int = 2
+    parsing: threading.BoundedSemaphore = field(init=False, repr=False)
     # Model clients by spec, built once and shared by every request's RLM, so requests reuse
     # the keep-alive (and TLS) connections to the upstream instead of opening their own.
     shared_clients: dict[str, ModelClient] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.upload_parsers < 1:
+            raise ValueError("upload_parsers must be 1 or more")
+        self.parsing = threading.BoundedSemaphore(self.upload_parsers)
 
     def caps(self) -> Budget:
         return Budget(**self.limits)
@@ -223,9 +242,10 @@ def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
                            code="image_url_not_supported" if remote else "invalid_image") from e
 
 
-def _text_of_file(part: dict[str, Any]) -> tuple[str, Any]:
+def _text_of_file(part: dict[str, Any], config: ServerConfig) -> tuple[str, Any]:
     """(filename, text) of an attached file given inline as base64 `file_data` (an image file:
-    (filename, Image))."""
+    (filename, Image)). A document is parsed by the confined parser with the server's upload
+    caps (parse_chat runs off the event loop)."""
     f = part.get("file")
     if not isinstance(f, dict):
         f = {}
@@ -245,15 +265,17 @@ def _text_of_file(part: dict[str, Any]) -> tuple[str, Any]:
             return name, Image.from_bytes(raw, name=name)
         except ImageError as e:
             raise RequestError(str(e), param="messages", code="invalid_image") from e
-    from recursa.documents import DocumentError, load
+    from recursa.documents import DocumentError, confine
     try:   # PDF, Office, EPUB, HTML, CSV, ... -> a Document; an archive -> {member: value}
-        return name, load(raw, name=name)
-    except DocumentError as e:
+        with config.parsing:
+            return name, confine.load_bytes(raw, name, caps=config.upload_caps)[0]
+    except (DocumentError, ImageError) as e:
         raise RequestError(f"file {name!r}: {e}".replace(f": {name}: ", ": "),
                            param="messages", code="invalid_file") from e
 
 
-def _split_content(content: Any) -> tuple[list[str], list[tuple[str, Any]]]:
+def _split_content(content: Any, config: ServerConfig
+                   ) -> tuple[list[str], list[tuple[str, Any]]]:
     """A message's text parts and its attached files."""
     if content is None:
         return [], []
@@ -269,7 +291,7 @@ def _split_content(content: Any) -> tuple[list[str], list[tuple[str, Any]]]:
         if kind == "text":
             texts.append(str(part.get("text") or ""))
         elif kind == "file":
-            files.append(_text_of_file(part))
+            files.append(_text_of_file(part, config))
         elif kind == "image_url":
             files.append(_image_of_part(part))
         else:
@@ -293,7 +315,7 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
     if last is None:
         raise RequestError("no user message: the final user message is the query",
                            param="messages")
-    texts, files = _split_content(messages[last].get("content"))
+    texts, files = _split_content(messages[last].get("content"), config)
     # A document pasted into the question's message is context, not query (paste.py has the
     # shapes chat clients use).
     query, document = split_document(texts)
@@ -310,7 +332,7 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
     for i, m in enumerate(messages):
         if i == last:
             continue
-        parts_i, more = _split_content(m.get("content"))
+        parts_i, more = _split_content(m.get("content"), config)
         files.extend(more)
         text = "\n".join(parts_i)
         if not text.strip():
@@ -730,8 +752,8 @@ def create_app(config: ServerConfig) -> Starlette:
         if body is _TOO_DEEP or _depth_over(body, MAX_JSON_DEPTH):
             return error_response(400, f"the request body is nested more than "
                                   f"{MAX_JSON_DEPTH} levels deep", code="json_too_deep")
-        try:
-            return parse_chat(body, config)
+        try:   # off the event loop: attached files are parsed here (by a confined process)
+            return await asyncio.to_thread(parse_chat, body, config)
         except RequestError as e:
             return error_response(400, str(e), param=e.param, code=e.code)
 
@@ -801,9 +823,11 @@ def create_app(config: ServerConfig) -> Starlette:
 
 
 def serve(app: Starlette, host: str = "127.0.0.1", port: int = 8000,
-          log_level: str = "info", loop: str = "auto") -> None:
+          log_level: str = "info", loop: str = "auto", *,
+          header_timeout: float = HEADER_TIMEOUT, body_timeout: float = BODY_TIMEOUT) -> None:
     """Run the app under uvicorn until interrupted; `loop` is uvicorn's choice of event loop
-    ("auto": uvloop when installed, else asyncio)."""
+    ("auto": uvloop when installed, else asyncio). A client whose request headers take over
+    `header_timeout` s, or its body over `body_timeout` s, is dropped (server/slowclients.py)."""
     import uvicorn
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=5,
-                loop=loop)
+                loop=loop, http=guarded_h11(header_timeout, body_timeout))

@@ -1,5 +1,8 @@
 """Zip and tar archives: their members' sizes are checked from the archive's own index before
-anything is extracted (a zip bomb is refused unopened), and again while reading."""
+anything is extracted (a zip bomb is refused unopened), and again while reading. The same check
+guards the zip inside an Office file or an EPUB before its library opens it (`check_container`),
+and a compressed tar's members are checked against the size of the compressed file as each
+header arrives."""
 
 from __future__ import annotations
 
@@ -12,9 +15,9 @@ from recursa.documents.errors import DocumentError
 from recursa.documents.source import Source
 
 
-def _refuse(src: Source, why: str) -> DocumentError:
-    return DocumentError(f"{src.name}: archive refused before extraction: {why} "
-                         "(recursa.documents.limits)")
+def _refuse(src: Source, why: str, archive: bool = True) -> DocumentError:
+    what = "archive refused before extraction" if archive else "refused before reading it"
+    return DocumentError(f"{src.name}: {what}: {why} (recursa.documents.limits)")
 
 
 def _read_capped(f: object, cap: int, src: Source, member: str) -> bytes:
@@ -24,6 +27,37 @@ def _read_capped(f: object, cap: int, src: Source, member: str) -> bytes:
     return data
 
 
+def check_zip(src: Source, z: zipfile.ZipFile, *, archive: bool = True) -> list[zipfile.ZipInfo]:
+    """The files of `z`, or DocumentError if its index declares too many, too big, or an unpack
+    ratio over the limits (each member and the whole, against the file's size)."""
+    infos = [i for i in z.infolist() if not i.is_dir()]
+    if len(infos) > limits.MAX_ARCHIVE_MEMBERS:
+        raise _refuse(src, f"{len(infos):,} members (limit {limits.MAX_ARCHIVE_MEMBERS:,})",
+                      archive)
+    for i in infos:
+        if i.file_size > limits.RATIO_FLOOR and \
+                i.file_size > limits.MAX_RATIO * max(i.compress_size, 1):
+            raise _refuse(src, f"member {i.filename!r} would unpack "
+                          f"{i.file_size / max(i.compress_size, 1):,.0f} times its size "
+                          f"({limits.mb(i.file_size)}; limit {limits.MAX_RATIO}x)", archive)
+    why = limits.expansion(sum(i.file_size for i in infos), src.size, archive=archive)
+    if why:
+        raise _refuse(src, f"its members declare {why}", archive)
+    return infos
+
+
+def check_container(src: Source) -> None:
+    """An Office file or EPUB (a zip) whose index promises a bomb is refused before its library
+    reads it; one that is no zip at all is left for the library to name."""
+    with src.open() as f:
+        try:
+            z = zipfile.ZipFile(f)
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError):
+            return
+        with z:
+            check_zip(src, z, archive=False)
+
+
 def zip_members(src: Source, notes: list[str]) -> Iterator[tuple[str, bytes]]:
     try:
         z = zipfile.ZipFile(src.open())
@@ -31,19 +65,7 @@ def zip_members(src: Source, notes: list[str]) -> Iterator[tuple[str, bytes]]:
         raise DocumentError(f"{src.name}: not a readable zip file (corrupt or truncated: "
                             f"{e})") from None
     with z:
-        infos = [i for i in z.infolist() if not i.is_dir()]
-        if len(infos) > limits.MAX_ARCHIVE_MEMBERS:
-            raise _refuse(src, f"{len(infos):,} members (limit {limits.MAX_ARCHIVE_MEMBERS:,})")
-        total = sum(i.file_size for i in infos)
-        if total > limits.MAX_ARCHIVE_BYTES:
-            raise _refuse(src, f"its members declare {limits.mb(total)} uncompressed "
-                          f"(limit {limits.mb(limits.MAX_ARCHIVE_BYTES)})")
-        for i in infos:
-            if i.file_size > limits.RATIO_FLOOR and \
-                    i.file_size > limits.MAX_RATIO * max(i.compress_size, 1):
-                raise _refuse(src, f"member {i.filename!r} would unpack "
-                              f"{i.file_size / max(i.compress_size, 1):,.0f} times its size "
-                              f"({limits.mb(i.file_size)}; limit {limits.MAX_RATIO}x)")
+        infos = check_zip(src, z)
         for i in infos:
             if i.file_size > limits.MAX_MEMBER_BYTES:
                 notes.append(f"{i.filename}: skipped: {limits.mb(i.file_size)} is over the "
@@ -68,6 +90,7 @@ def tar_members(src: Source, notes: list[str]) -> Iterator[tuple[str, bytes]]:
         raise DocumentError(f"{src.name}: not a readable tar archive (corrupt or truncated: "
                             f"{e})") from None
     total = count = loaded = 0
+    packed = src.size
     with t:
         try:
             # streaming mode: each header is checked before its member's data is read
@@ -78,9 +101,11 @@ def tar_members(src: Source, notes: list[str]) -> Iterator[tuple[str, bytes]]:
                 total += m.size
                 if count > limits.MAX_ARCHIVE_MEMBERS:
                     raise _refuse(src, f"over {limits.MAX_ARCHIVE_MEMBERS:,} members")
-                if total > limits.MAX_ARCHIVE_BYTES:
-                    raise _refuse(src, f"its members declare over "
-                                  f"{limits.mb(limits.MAX_ARCHIVE_BYTES)} uncompressed")
+                # a compressed tar declares each member as it comes: the running total is
+                # checked against the compressed file before the member is unpacked
+                why = limits.expansion(total, packed)
+                if why:
+                    raise _refuse(src, f"its members declare {why}")
                 if m.size > limits.MAX_MEMBER_BYTES:
                     notes.append(f"{m.name}: skipped: {limits.mb(m.size)} is over the "
                                  f"{limits.mb(limits.MAX_MEMBER_BYTES)} limit for one member")

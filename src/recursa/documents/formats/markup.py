@@ -12,6 +12,7 @@ from typing import Any
 
 from recursa.documents.build import Extraction, Piece
 from recursa.documents.errors import DocumentError, need
+from recursa.documents.formats.archive import check_container
 from recursa.documents.source import Source
 
 DROP = "script, style, noscript, template, svg, iframe, object, canvas, nav, aside, form, button"
@@ -121,6 +122,7 @@ def extract_epub(src: Source, info: Extraction) -> Iterator[Piece]:
     except ImportError:
         raise need("ebooklib", "EPUB", src.name) from None
     _parser(src.name)
+    check_container(src)
     try:
         book = epub.read_epub(str(src.path) if src.path is not None
                               else io.BytesIO(src.data or b""), options={"ignore_ncx": True})
@@ -134,16 +136,20 @@ def extract_epub(src: Source, info: Extraction) -> Iterator[Piece]:
     titles: dict[str, str] = {}
     _toc_titles(book.toc, titles)
     n = 0
+    read: dict[str, tuple[str, str]] = {}   # a spine may list one item many times: read once
     for idref, _linear in book.spine:
-        item = book.get_item_with_id(idref)
-        if item is None:
-            continue
-        html = item.get_content().decode("utf-8", errors="replace")
-        _, sections = html_sections(html, src.name)
-        text = "\n\n".join(t for _, t in sections if t).strip()
+        if idref not in read:
+            item = book.get_item_with_id(idref)
+            if item is None:
+                continue
+            html = item.get_content().decode("utf-8", errors="replace")
+            _, sections = html_sections(html, src.name)
+            read[idref] = ("\n\n".join(t for _, t in sections if t).strip(),
+                           titles.get(item.get_name(), "") or
+                           (sections[0][0] if sections else ""))
+        text, title = read[idref]
         if not text:
             continue
         n += 1
-        title = titles.get(item.get_name(), "") or (sections[0][0] if sections else "")
         yield Piece("chapter", title, text,
                     header=f"[chapter {n}" + (f": {title}]" if title else "]"))

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from recursa.documents import limits
 from recursa.documents.build import Extraction, Piece
 from recursa.documents.errors import DocumentError
 from recursa.documents.formats.tables import delimited
@@ -42,6 +43,9 @@ def extract(src: Source, info: Extraction) -> Iterator[Piece]:
             con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
         except sqlite3.Error as e:
             raise DocumentError(f"{src.name}: cannot open the SQLite database: {e}") from None
+        # one value (a stored one, or one a generated column computes as it is read) may not
+        # pass MAX_VALUE_BYTES: `printf('%.*c', 500000000, 'x')` fails instead of being made
+        con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limits.MAX_VALUE_BYTES)
         try:
             try:
                 objects = con.execute(
@@ -64,10 +68,15 @@ def extract(src: Source, info: Extraction) -> Iterator[Piece]:
                         yield [d[0] for d in cur.description]
                         while batch := cur.fetchmany(2000):
                             yield from batch
+                    except sqlite3.DataError as e:   # SQLITE_TOOBIG: over the value limit
+                        raise DocumentError(
+                            f"{src.name}: table {name!r} holds a value over the "
+                            f"{limits.mb(limits.MAX_VALUE_BYTES)} limit for one value "
+                            f"(recursa.documents.limits.MAX_VALUE_BYTES; {e})") from None
                     except sqlite3.DatabaseError as e:
                         raise DocumentError(f"{src.name}: table {name!r} cannot be read: "
                                             f"{e}") from None
-                yield Piece("table", name, delimited(rows(), meta), meta,
+                yield Piece("table", name, delimited(rows(), meta, max_chars=info.max_chars), meta,
                             header=f"[table {name}]")
         finally:
             con.close()

@@ -9,11 +9,13 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from recursa.documents.build import Extraction, Piece
+from recursa.documents import limits
+from recursa.documents.build import Extraction, Piece, TextOverLimit
 from recursa.documents.errors import DocumentError, need
 from recursa.documents.source import Source
 
 BATCH_ROWS = 2000
+CHUNK_CHARS = 1 << 20
 
 
 def cell(v: Any) -> str:
@@ -27,21 +29,27 @@ def cell(v: Any) -> str:
 
 
 def delimited(rows: Iterable[Iterable[Any]], meta: dict[str, Any],
-              delimiter: str = "\t") -> Iterator[str]:
-    """Rows as delimited text in chunks of BATCH_ROWS rows; the first row is the header.
-    Sets meta's columns and rows (the count of rows after the header) as they pass."""
+              delimiter: str = "\t", *, max_chars: int = 0) -> Iterator[str]:
+    """Rows as delimited text in chunks of BATCH_ROWS rows (or CHUNK_CHARS characters); the
+    first row is the header. Sets meta's columns and rows (the count of rows after the header)
+    as they pass. `max_chars` (when set): TextOverLimit before a row would take the text past
+    it, so that one row repeating a huge value is refused before it is written out."""
     buf = io.StringIO()
     w = csv.writer(buf, delimiter=delimiter, lineterminator="\n")
-    n = 0
+    n = made = 0
     meta.update(format="delimited", delimiter=delimiter, header=True, rows=0)
     for row in rows:
         cells = [cell(v) for v in row]
+        if max_chars:
+            made += sum(map(len, cells)) + len(cells)
+            if made > max_chars:
+                raise TextOverLimit
         if n == 0:
             meta["columns"] = cells
         w.writerow(cells)
         n += 1
         meta["rows"] = n - 1
-        if n % BATCH_ROWS == 0:
+        if n % BATCH_ROWS == 0 or buf.tell() > CHUNK_CHARS:
             yield buf.getvalue()
             buf.seek(0)
             buf.truncate()
@@ -140,7 +148,13 @@ def extract_parquet(src: Source, info: Extraction) -> Iterator[Piece]:
         raise DocumentError(f"{src.name}: not a readable Parquet file (corrupt or truncated: "
                             f"{e})") from None
     names = pf.schema_arrow.names
-    info.meta.update(rows=pf.metadata.num_rows, schema=str(pf.schema_arrow))
+    md = pf.metadata
+    declared = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    why = limits.expansion(declared, src.size, archive=False)
+    if why:
+        raise DocumentError(f"{src.name}: refused before reading: its row groups declare "
+                            f"{why} (recursa.documents.limits)")
+    info.meta.update(rows=md.num_rows, schema=str(pf.schema_arrow))
 
     def rows() -> Iterator[list[Any]]:
         yield names
@@ -151,4 +165,4 @@ def extract_parquet(src: Source, info: Extraction) -> Iterator[Piece]:
         except Exception as e:
             raise DocumentError(f"{src.name}: a Parquet row group cannot be read: {e}") from None
     meta: dict[str, Any] = {}
-    yield Piece("table", src.name, delimited(rows(), meta), meta)
+    yield Piece("table", src.name, delimited(rows(), meta, max_chars=info.max_chars), meta)
