@@ -631,3 +631,13 @@ def test_condition_words_leave_out_the_frame_and_names():
                                "Answer with a number.") == "about a food or a drink"
     assert pl.condition_words("How many customer messages complain they were billed the wrong "
                               "amount?") == ["customer", "complain", "billed", "wrong", "amount"]
+
+
+def test_a_negated_opposite_is_asked_as_other():
+    """The 1.5B picks a side that repeats the record's topic word: "non-food or food?" found 12
+    of 30 dev foods, "other or food?" 25 (benchmarks/probes/opposite.py)."""
+    assert pl.plain_opposite("food", "non-food") == "other"
+    assert pl.plain_opposite("animal", "not an animal") == "other"
+    assert pl.plain_opposite("negative", "positive") == "positive"
+    assert pl.LabelCount(plan="label_count", label="food", opposite="non-food").labels == \
+        ["other", "food"]

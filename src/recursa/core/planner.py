@@ -133,7 +133,20 @@ class LabelCount(BaseModel):
     def labels(self) -> list[str]:
         # the opposite first: asked "complaint or praise?", the 1.5B said complaint to 33 of 40
         # reviews (18 were); asked "praise or complaint?", it was right on 40 of 40 (dev split)
-        return [self.opposite.strip(), self.label.strip()]
+        return [plain_opposite(self.label, self.opposite), self.label.strip()]
+
+
+def plain_opposite(label: str, opposite: str) -> str:
+    """The opposite side as a leaf is asked it: "other" in place of the label negated
+    ("non-food", "not an animal"). The 1.5B picks a side that repeats the record's topic word:
+    asked "non-food or food?" it found 12 of 30 dev foods, "other or food?" 25 of 30; for
+    animals 1 of 30 against 27 of 30 (benchmarks/probes/opposite.py)."""
+    lab, opp = label.strip(), opposite.strip()
+    stem = re.sub(r"[^a-z]", "", lab.lower())[:4]
+    negated = re.match(r"(?i)\s*(non|not|no|un)\b|\s*non-", opp) is not None
+    if stem and negated and stem in re.sub(r"[^a-z]", "", opp.lower()):
+        return "other"
+    return opp
 
 
 class TwoHop(BaseModel):
