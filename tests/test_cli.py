@@ -352,3 +352,37 @@ def test_without_a_terminal_a_long_run_prints_a_status_line_every_few_seconds(tm
     assert p.returncode == 0, p.stderr.decode()
     beats = [x for x in p.stderr.decode().splitlines() if x.startswith("turn 1 ")]
     assert len(beats) >= 1, p.stderr.decode()     # a heartbeat while the cell ran
+
+
+def test_an_answer_with_escape_sequences_prints_inert_on_a_terminal(tmp_path: Path):
+    """A model's answer with an OSC 52 clipboard write and cursor moves reaches a terminal as
+    visible text; --raw (or a pipe) keeps its characters."""
+    import pty
+    evil = "ok\x1b]52;c;ZXZpbA==\x07\x1b[2A\x1b[2Kdone"
+    model = script(tmp_path, [f"```repl\nFINAL({evil!r})\n```"] * 2)
+    for raw, want in ((False, "ok\\x1b]52;c;ZXZpbA==\\x07\\x1b[2A\\x1b[2Kdone"), (True, evil)):
+        main_fd, sub_fd = pty.openpty()     # stdout a terminal, as a user's is
+        p = subprocess.run(BIN + ["run", "q", "--context", "-", "--model", model, "-q",
+                                  *(["--raw"] if raw else [])],
+                           input=b"x", stdout=sub_fd, stderr=subprocess.PIPE, timeout=60)
+        os.close(sub_fd)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(main_fd)
+        assert p.returncode == 0, p.stderr.decode()
+        text = out.decode().replace("\r\n", "\n").strip()
+        assert text == want, (raw, text)
+    piped = run(["run", "q", "--context", "-", "--model", model, "-q"], stdin=b"x")
+    assert piped.stdout.decode().strip() == evil       # a pipe gets what the model wrote
+
+
+def test_inert_keeps_newlines_and_tabs_and_shows_every_other_control():
+    from recursa.obs.terminal import inert
+    assert inert("a\tb\nc\x1b[31m\x9b\x7f") == "a\tb\nc\\x1b[31m\\x9b\\x7f"

@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from recursa.obs.terminal import inert
+
 HELP = ("/cost     spend of each question and of the session\n"
         "/trace    the trace file (one run per question)\n"
         "/history  the questions asked so far\n"
@@ -141,7 +143,7 @@ def _repl(session: Any, out: Console, err: Console, limits: dict[str, Any]) -> i
             continue
         finally:
             view.close()
-        out.print(escape(res.answer) if res.answer else "[dim](no answer)[/]")
+        out.print(escape(inert(res.answer)) if res.answer else "[dim](no answer)[/]")
         cost = "unknown" if res.cost_usd is None else f"${res.cost_usd:.4f}"
         tokens = sum(u.usage.total_tokens for u in res.usage.values())
         note = f"  stopped at {res.limit}" if res.limit else \
@@ -169,7 +171,7 @@ def _command(line: str, session: Any, out: Console, err: Console) -> bool:
         out.print(escape(str(session.trace_path or "(no trace)")))
     elif cmd == "/history":
         for i, t in enumerate(session.history, 1):
-            out.print(f"{i}. {escape(t.query)}\n   -> {escape(t.answer[:200])}")
+            out.print(f"{i}. {escape(t.query)}\n   -> {escape(inert(t.answer[:200]))}")
     elif cmd == "/help":
         out.print(HELP)
     else:

@@ -198,7 +198,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
     elif output is not None and res.parsed is not None:
         print(json.dumps(res.parsed, ensure_ascii=False))
     else:
-        print(res.answer)
+        print(answer_for_stdout(res.answer, raw=a.raw))
     from recursa.core import sources
     if a.sources and not a.json:
         print("\n" + sources.render(res.sources))
@@ -218,6 +218,15 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         notes.error(f"the answer does not match --schema: {res.output_error or 'no answer'}")
         return EXIT_ERROR
     return EXIT_CODES.get(res.status, EXIT_ERROR)
+
+
+def answer_for_stdout(answer: str, *, raw: bool = False) -> str:
+    """The answer as `run` prints it: to a terminal, with control characters made inert (a
+    model's escape sequences must not act on it); `--raw`, or a pipe, gets it as it is."""
+    if raw or not sys.stdout.isatty():
+        return answer
+    from recursa.obs.terminal import inert
+    return inert(answer)
 
 
 def limit_line(res: Any) -> str:
@@ -291,7 +300,7 @@ def _interrupted(view: Any, last: LastAnswer, rlm: Any, notes: Notices, status: 
         notes.warn(why + (": " + view.summary() if isinstance(view, ConsoleView) else ""))
         answer = last.final.get("answer") or ""
         if answer:
-            print(answer, flush=True)
+            print(answer_for_stdout(answer), flush=True)
             partial = last.final.get("partial")
             notes.warn("(partial answer above" + (f": it rests on {partial})" if partial
                                                   else ")"))
@@ -385,6 +394,9 @@ def register(sub: Any) -> None:
                    help="JSON schema the answer must match; stdout is then the validated JSON")
     r.add_argument("--json", action="store_true",
                    help="print the full Result as JSON on stdout instead of the answer")
+    r.add_argument("--raw", action="store_true",
+                   help="print the answer's characters as they are, control characters "
+                   "included (by default they are shown as \\xNN on a terminal)")
     r.add_argument("--sources", action="store_true",
                    help="ask the model for the passages its answer rests on, check them "
                    "against the context and print them after the answer")

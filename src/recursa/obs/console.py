@@ -14,6 +14,7 @@ from rich.text import Text
 from recursa.base.types import Event
 from recursa.obs.progress import MapProgress
 from recursa.obs.streaming import StreamedText
+from recursa.obs.terminal import inert
 
 WRITING_LINES = 8       # lines of the reply being written that the live view shows
 HEARTBEAT_S = 5.0       # not a terminal: a status line at least this often while a run works
@@ -129,7 +130,7 @@ class ConsoleView:
                 self._live.update(self._render())
 
     def _say(self, line: str) -> None:
-        self.console.print(Text(line, style="dim"))
+        self.console.print(Text(inert(line), style="dim"))
         self._printed = time.monotonic()
 
     def _render(self) -> Text | Group:
@@ -137,7 +138,7 @@ class ConsoleView:
         tail = self.writing.tail(WRITING_LINES, max(20, self.console.width - 4))
         if not tail:
             return status
-        return Group(status, Text(tail, style="dim"))
+        return Group(status, Text(inert(tail), style="dim"))
 
     def render_plain(self) -> str:
         """What the live region shows now, as plain text."""
