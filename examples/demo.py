@@ -43,7 +43,7 @@ from recursa.obs.console import ConsoleView
 
 WINDOW = 2048
 TOKENS = 4300
-TASK = "real_sentiment_most"
+TASK = "real_sentiment_count"
 # the no-model baselines (none needs labelled examples) and the one that scores best on the dev
 # half of this question at this size (benchmarks/bench_real_baselines.py, docs/bench/README.md)
 BASELINES = ("grep", "regex", "lexicon", "embed")
@@ -56,7 +56,8 @@ def baselines(inst: Instance) -> None:
         try:
             answer = baseline_answer(name, inst, str(inst.context))
         except Exception as e:      # the embed extra not installed: say so, do not fail
-            print(f"{name + ':':10s} (not run: {type(e).__name__}: {str(e)[:100]})")
+            print(f"{name + ':':10s} (not run: {type(e).__name__}: {str(e)[:80]}; "
+                  "pip install -e '.[bench]' adds it)")
             continue
         right = task.score(answer, inst).score == 1.0
         best = "  <- the best no-model baseline on the dev half" if name == BEST_ON_DEV else ""

@@ -639,5 +639,7 @@ def test_a_negated_opposite_is_asked_as_other():
     assert pl.plain_opposite("food", "non-food") == "other"
     assert pl.plain_opposite("animal", "not an animal") == "other"
     assert pl.plain_opposite("negative", "positive") == "positive"
+    assert pl.plain_opposite("praise", "dispraise") == "other"
+    assert pl.plain_opposite("cracked", "intact") == "intact"
     assert pl.LabelCount(plan="label_count", label="food", opposite="non-food").labels == \
         ["other", "food"]

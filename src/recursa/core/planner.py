@@ -138,14 +138,13 @@ class LabelCount(BaseModel):
 
 def plain_opposite(label: str, opposite: str) -> str:
     """The opposite side as a leaf is asked it: "other" in place of the label negated
-    ("non-food", "not an animal"). The 1.5B picks a side that repeats the record's topic word:
+    ("non-food", "not an animal", "dispraise": any opposite that repeats the label's stem). The 1.5B picks a side that repeats the record's topic word:
     asked "non-food or food?" it found 12 of 30 dev foods, "other or food?" 25 of 30; for
     animals 1 of 30 against 27 of 30 (benchmarks/probes/opposite.py)."""
     lab, opp = label.strip(), opposite.strip()
     stem = re.sub(r"[^a-z]", "", lab.lower())[:4]
-    negated = re.match(r"(?i)\s*(non|not|no|un)\b|\s*non-", opp) is not None
-    if stem and negated and stem in re.sub(r"[^a-z]", "", opp.lower()):
-        return "other"
+    if len(stem) == 4 and stem in re.sub(r"[^a-z]", "", opp.lower()):
+        return "other"      # the label negated: non-food, not an animal, dispraise, unsolved
     return opp
 
 
