@@ -62,6 +62,17 @@ def estimate_cost(client: ModelClient, input_tokens: int, output_tokens: int) ->
     return estimate(client.capabilities.pricing, input_tokens, output_tokens)
 
 
+def output_cap(client: ModelClient, options: dict[str, Any], input_tokens: int) -> int:
+    """The most output tokens this call can produce, for its worst case: its own max_tokens,
+    else the client's declared cap when a call sets none, else DEFAULT_OUTPUT_RESERVE; never
+    more than the model's window leaves after the input."""
+    caps = client.capabilities
+    cap = int(options.get("max_tokens") or caps.max_output_tokens or DEFAULT_OUTPUT_RESERVE)
+    if caps.context_window:
+        cap = min(cap, max(1, caps.context_window - input_tokens))
+    return max(1, cap)
+
+
 def text_tokens(text: str) -> int:
     """A conservative token estimate for reservations: ~4 ASCII characters a token, but about one
     token per character for other scripts (CJK, Cyrillic, ...), which chars/4 would undercount
@@ -118,12 +129,15 @@ class Dispatcher:
         options = dict(options or {})
         est_in = sum(img.content_tokens(m.get("content", ""), text_tokens) for m in messages) \
             + 4 * len(messages)
-        est_out = int(options.get("max_tokens") or DEFAULT_OUTPUT_RESERVE)
+        est_out = output_cap(client, options, est_in)
         cost = estimate_cost(client, est_in, est_out)
         if cost is None:   # no price known: the dearest call seen so far is the best guess
             cost = self._cost_seen.get(client.name)
-        res = self.ledger.reserve(tokens=est_in + est_out, cost=cost, subcall=subcall,
-                                  force=force)
+        # patient: a worst case that does not fit beside the calls in flight waits for them to
+        # settle (recursa.core.budget), within the run's time
+        async with wall_limit(self.ledger, f"a call to {client.name}", final=force):
+            res = await self.ledger.areserve(tokens=est_in + est_out, cost=cost,
+                                             subcall=subcall, force=force)
         # a forced call (the root's last-answer turn) runs in the time reserved for it
         remaining = self.ledger.deadline.left(final=force)
         if remaining is not None:
