@@ -12,10 +12,13 @@ What is enforced (all configurable):
     (`max_processes`, default 64, threads count) through a control group of the sandbox's own
     where the host can make one (cgroup v2 or v1), else a host-side watch of the tree's resident
     memory that stops and restarts the worker; `tree_limits` and `isolation` say which;
-  * a cap on the workspace's total size (`disk_mb`), watched by the host from start to close,
-    between cells too: over it, the worker is killed and restarted and the workspace emptied
-    (a per-file limit alone would let many files fill the disk); a breach between cells is
-    reported by the next cell;
+  * a cap on the workspace's total size (`disk_mb`). A worker forked by the zygote gets a
+    workspace that is a size-capped tmpfs (zygote.py): the kernel refuses the write that would
+    pass it (ENOSPC), and its files count against the memory caps. Elsewhere the host watches
+    the workspace from start to close, between cells too: over it, the worker is killed and
+    restarted and the workspace emptied (a per-file limit alone would let many files fill the
+    disk); a breach between cells is reported by the next cell. Either way no one file may
+    exceed the cap (RLIMIT_FSIZE is the smaller of `file_size_mb` and `disk_mb`);
   * with bubblewrap: no network, a private pid/ipc/uts namespace, only /usr (+ /bin, /lib
     links), a few /etc files, the Python installation (read-only, at /recursa/python), the
     worker and the context (read-only, at /recursa/), the workspace (at /workspace) and a
@@ -629,6 +632,11 @@ class LocalSandbox:
         self.isolation = self._describe()
 
     @property
+    def _disk_polled(self) -> bool:
+        """Whether the host watches the workspace's size (not a capped tmpfs: not forked)."""
+        return bool(self.disk_mb and self.workspace and not self.forked)
+
+    @property
     def tree_limits(self) -> str:
         """How memory and processes are limited for the whole process tree: "cgroup v1",
         "cgroup v2" or "watch" (host-side watch of resident memory; processes per uid)."""
@@ -642,15 +650,17 @@ class LocalSandbox:
             lim.append(f"memory {self.memory_mb} MB per process and for the whole tree ({how})")
         if self.cpu_seconds:
             lim.append(f"cpu {self.cpu_seconds} s")
-        if self.file_size_mb:
-            lim.append(f"file size {self.file_size_mb} MB")
+        if self.file_size_mb or self.disk_mb:
+            fsize = min(x for x in (self.file_size_mb, self.disk_mb) if x)
+            lim.append(f"file size {fsize} MB")
         if self.max_processes and (mech != "watch" or self.drop_uid or self.userns):
             how = mech if mech != "watch" else (
                 "RLIMIT_NPROC of its own uid" if self.drop_uid
                 else "RLIMIT_NPROC of its own user namespace")
             lim.append(f"processes {self.max_processes} ({how})")
         if self.disk_mb:
-            lim.append(f"workspace {self.disk_mb} MB")
+            lim.append(f"workspace {self.disk_mb} MB" + (" (a capped tmpfs)" if self.use_zygote
+                                                         else " (watched)"))
         limits = ", ".join(lim) or "none"
         if self.mode == "bwrap":
             if self.userns and self.use_zygote:
@@ -694,7 +704,7 @@ class LocalSandbox:
                 self.isolation = self._describe()
         if not forked:
             await self._start_spawned(payload, handler)
-        if (self.disk_mb and self.workspace) or self.memory_mb or self._cgroup is not None:
+        if self._disk_polled or self.memory_mb or self._cgroup is not None:
             # Limits hold between cells too: one watch from start to close.
             self._watcher = asyncio.create_task(self._watch())
 
@@ -723,6 +733,8 @@ class LocalSandbox:
             raise
         req = {"run": os.path.basename(run), "uid": uid or 0, "limits": dict(self.config.limits),
                "tmp_bytes": self.tmp_mb * 1024 * 1024}
+        if self.disk_mb:   # a size-capped tmpfs: enforced by the kernel, no watch needed
+            req["disk_bytes"] = self.disk_mb * 1024 * 1024
         cgroup = self._cgroup
 
         def transport() -> ZygoteTransport:
@@ -750,6 +762,7 @@ class LocalSandbox:
             await self.close()
             raise
         self.forked = True
+        self.isolation = self._describe()
 
     async def _start_spawned(self, payload: ContextPayload, handler: CallHandler) -> None:
         spare = POOL.take(self.config, self.prewarm) if self.prewarm > 0 else None
@@ -830,7 +843,7 @@ class LocalSandbox:
         if self._session is None:
             raise SandboxError("the sandbox was not started")
         session = self._session
-        watch_disk = bool(self.disk_mb and self.workspace)
+        watch_disk = self._disk_polled
         cell = await session.run(code, timeout=timeout, max_output_chars=max_output_chars)
         if watch_disk and await self._disk_used() is None:   # written faster than we looked
             await asyncio.to_thread(self._empty_workspace)
@@ -901,7 +914,7 @@ class LocalSandbox:
         stopped: Any = None        # one we stopped: nothing more to do until it is replaced
         loop = asyncio.get_running_loop()
         next_disk = loop.time() + self.disk_poll
-        watch_disk = bool(self.disk_mb and self.workspace)
+        watch_disk = self._disk_polled
         try:
             while True:
                 await asyncio.sleep(self.disk_poll)
@@ -991,8 +1004,8 @@ class LocalSandbox:
             lim["as"] = self.memory_mb * mb
         if self.cpu_seconds:
             lim["cpu"] = self.cpu_seconds
-        if self.file_size_mb:
-            lim["fsize"] = self.file_size_mb * mb
+        if self.file_size_mb or self.disk_mb:   # no one file larger than the workspace
+            lim["fsize"] = min(x for x in (self.file_size_mb, self.disk_mb) if x) * mb
         if self.max_processes and (self.drop_uid or self.userns):
             lim["nproc"] = self.max_processes
         return lim
