@@ -200,7 +200,8 @@ class Ledger:
             await _changed(ledgers, seen, left)
 
     def _chain(self) -> list[Ledger]:
-        out, led = [], self
+        out: list[Ledger] = []
+        led: Ledger | None = self
         while led is not None:
             out.append(led)
             led = led.parent
@@ -219,11 +220,12 @@ class Ledger:
              force: bool) -> Reservation | tuple[str, Ledger]:
         """A reservation in this ledger and its parents, or (the limit that refused it, the
         ledger whose limit it is); nothing stays reserved then."""
-        up: Reservation | tuple[str, Ledger] | None = None
+        up: Reservation | None = None
         if self.parent is not None:
-            up = self.parent._try(tokens, cost, subcall, force)
-            if not isinstance(up, Reservation):
-                return up
+            got = self.parent._try(tokens, cost, subcall, force)
+            if not isinstance(got, Reservation):
+                return got
+            up = got
         with self._lock:
             limit = self._over(tokens, cost or 0.0, subcall, force, reserved=True)
             if limit is None:

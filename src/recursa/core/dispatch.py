@@ -28,6 +28,7 @@ from recursa.base.types import (
 from recursa.core.budget import Ledger
 from recursa.core.context import estimate_tokens
 from recursa.obs.trace import Tracer
+from recursa.sandbox.budgets import child_slot
 
 if TYPE_CHECKING:
     from recursa.core.tools import ToolSet
@@ -307,7 +308,12 @@ class Dispatcher:
             return await self.llm(text, opts.pop("model", None), opts, node,
                                   images=[i for _, i in found] or None)
         try:
-            return await self.child_runner(node, str(prompt), context)
+            # a child shares its run's memory and processes (recursa.sandbox.budgets): it
+            # starts when the run has room for it, within the run's time
+            async with contextlib.AsyncExitStack() as held:
+                async with wall_limit(self.ledger, "a wait for room for a child run"):
+                    await held.enter_async_context(child_slot())
+                return await self.child_runner(node, str(prompt), context)
         except RecursaError as e:
             return f"Error: child RLM failed: {e}"
         except Exception as e:

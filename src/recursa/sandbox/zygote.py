@@ -152,9 +152,10 @@ def _init(req: dict, fds: list[int]) -> None:
     stdio, cgroup_fds = fds[:3], fds[3:]
     try:
         os.setsid()
-        worker.join_cgroups(cgroup_fds)   # first: every process of the run is born inside
-        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-                             | CLONE_NEWCGROUP), "unshare")
+        # The namespaces and mounts are made before the run joins its cgroup: at a run
+        # tree's memory cap the kernel refuses their memory (ENOMEM) rather than waiting.
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+               "unshare")
         _loopback_up()
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         run = os.path.join(RUNS, os.path.basename(str(req["run"])))
@@ -169,6 +170,8 @@ def _init(req: dict, fds: list[int]) -> None:
         # run otherwise (/dev/ptmx is bubblewrap's link to pts/ptmx, so it follows)
         _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
                "newinstance,ptmxmode=0666,mode=620")
+        worker.join_cgroups(cgroup_fds)   # before the worker: its processes are born inside
+        _check(_libc.unshare(CLONE_NEWCGROUP), "unshare cgroup")
         if USERNS:
             # Mounted over the zygote's (the kernel lets a user namespace mount a proc only
             # while one is fully visible); the zygote's /dev belongs to the host user: read-only

@@ -119,7 +119,7 @@ class LiveServer:
                 url = urlparse(self.path)
                 query = parse_qs(url.query)
                 why = refusal(self.headers.get("Host"), self.headers.get("Origin"),
-                              (query.get("key") or [None])[0], expected)
+                              next(iter(query.get("key") or []), None), expected)
                 if why is not None:
                     self._send(403, "text/plain; charset=utf-8", why.encode("utf-8"))
                 elif url.path == "/":
