@@ -124,3 +124,16 @@ def test_a_cost_cap_of_zero_makes_no_call():
         assert srv.request_count == 0
     assert res.status == "limit" and res.limit == "max_cost_usd" and res.answer == ""
     assert res.cost_usd == 0
+
+
+def test_a_worst_case_uses_the_calls_real_output_cap():
+    """The reservation's output part is the call's own max_tokens, else the cap the client
+    declares for calls that set none, else 2,048 tokens."""
+    from recursa.core.dispatch import DEFAULT_OUTPUT_RESERVE, output_cap
+    from recursa.models.openai_client import OpenAIClient
+    capped = OpenAIClient("m", base_url="http://127.0.0.1:9/v1", api_key="k",
+                          default_options={"max_tokens": 300})
+    plain = OpenAIClient("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    assert output_cap(capped, {}, 100) == 300
+    assert output_cap(capped, {"max_tokens": 50}, 100) == 50
+    assert output_cap(plain, {}, 100) == DEFAULT_OUTPUT_RESERVE

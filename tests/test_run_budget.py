@@ -211,6 +211,9 @@ def test_idle_sessions_make_room_for_a_new_run_before_it_waits(totals, tmp_path:
     assert "memory budget" in (sessions[0].closed_reason or "")
     assert not sessions[1].closed and not sessions[2].closed
     assert pool.reclaimed == 1 and len(pool) == 2
+    # let the evicted session's close (a thread of its own) end before the others close
+    assert wait_until(lambda: not any(t.name == "recursa-session-close" and t.is_alive()
+                                      for t in threading.enumerate()))
     fourth.close()
     pool.close_all()
     assert wait_until(lambda: HOST.open_runs() == 0)

@@ -265,7 +265,9 @@ class HostBudget:
                 told = True
                 log.warning("recursa: a run waits for room in this process's sandbox budget: "
                             "%s", self._state(mem))
-            await self._changed(seen, min(left, POLL_S if reclaiming else 1.0))
+            # a reclaimed session closes in the background: wait for its release (or for a
+            # while) before asking for another, so one run does not empty the pool
+            await self._changed(seen, min(left, 5.0 if reclaiming else 1.0))
             with self._lock:
                 if self._gen != seen:     # a run ended: the wait starts again
                     deadline = time.monotonic() + wait
