@@ -267,6 +267,73 @@ def test_cli_bad_options_are_clear(tmp_path: Path, capsys: Any) -> None:
     assert {r["answer"] for r in rows} == {"alpha"}
 
 
+def test_cli_an_item_cut_to_no_answer_is_not_done(tmp_path: Path, capsys: Any) -> None:
+    """An item its own limit ended with an empty answer is counted as not done (exit 4, the
+    summary says so), and re-running the command runs exactly those items again."""
+    d = docs(tmp_path, 3)
+    out = tmp_path / "a.jsonl"
+    never = script(tmp_path, "```repl\nprint('still looking')\n```")    # never answers
+    args = ["batch", "q", "--contexts", str(d), "--out", str(out), "--sandbox", "inprocess"]
+    assert main([*args, "--model", never, "--max-iterations", "1", "--events", "jsonl"]) == 4
+    events = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
+    summary = events[-1]
+    assert summary["kind"] == "summary" and summary["cut"] == 3 and summary["remaining"] == 3
+    assert all(e["cut"] for e in events if e["kind"] == "item")
+    (tmp_path / "script.json").unlink()
+    assert main([*args, "--model", script(tmp_path, FIRST), "--events", "jsonl"]) == 0
+    events = [json.loads(x) for x in capsys.readouterr().err.splitlines()]
+    assert len([e for e in events if e["kind"] == "item"]) == 3       # all three again
+    assert events[-1]["remaining"] == 0 and events[-1]["skipped"] == 0
+    final = {json.loads(x)["key"]: json.loads(x) for x in out.read_text().splitlines()}
+    assert sorted(r["answer"] for r in final.values()) == ["word0", "word1", "word2"]
+
+
+def test_cli_a_tampered_rows_file_is_named_by_file_and_line(tmp_path: Path,
+                                                            capsys: Any) -> None:
+    d = docs(tmp_path, 3)
+    out = tmp_path / "a.jsonl"
+    args = ["batch", "q", "--contexts", str(d), "--out", str(out), "--model",
+            script(tmp_path, FIRST), "--sandbox", "inprocess", "-q"]
+    assert main(args) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    for bad, what in (({"key": ["x"]}, "key must be a non-empty string"),
+                      ({"status": 7}, "status must be one of"),
+                      ({"cost_usd": "free"}, "cost_usd must be a number")):
+        out.write_text("".join(json.dumps({**r, **(bad if i == 1 else {})}) + "\n"
+                               for i, r in enumerate(rows)))
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"{out}, line 2: its {what}" in " ".join(err.split()), err
+        assert "Traceback" not in err and "unhashable" not in err
+    out.write_text(json.dumps(rows[0]) + "\n[1, 2]\n")
+    assert main(args) == 2
+    assert "line 2: a row must be a JSON object" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_ctrl_c_says_the_batch_was_interrupted_and_what_remains(tmp_path: Path) -> None:
+    d = docs(tmp_path, 12)
+    out = tmp_path / "answers.jsonl"
+    model = script(tmp_path, "```repl\nimport time\ntime.sleep(0.4)\n"
+                             "FINAL(str(context).split()[0])\n```")
+    cmd = [*BIN, "batch", "first word?", "--contexts", str(d), "--out", str(out), "--model",
+           model, "--sandbox", "inprocess", "--concurrency", "2"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True, env={**os.environ, "COLUMNS": "200"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if out.exists() and len(out.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)          # as Ctrl-C in a terminal
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err.decode()
+    rows = {json.loads(x)["key"] for x in out.read_text().splitlines()}
+    text = " ".join(err.decode().split())
+    assert f"interrupted: {12 - len(rows)} of 12 items remain" in text, text
+    assert "run the same command again to resume" in text
+
+
 @pytest.mark.slow
 def test_cli_resumes_after_a_kill(tmp_path: Path) -> None:
     """A real `recursa batch` process killed mid-batch, then the same command again: every

@@ -22,12 +22,13 @@ SCRIPT = {"cycle": [
 ]}
 
 
-def params(tmp_path: Path, *extra: str, sandbox: str = "inprocess") -> StdioServerParameters:
+def params(tmp_path: Path, *extra: str, sandbox: str = "inprocess",
+           cwd: Path | None = None) -> StdioServerParameters:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     return StdioServerParameters(command=sys.executable, args=[
         "-m", "recursa.cli", "mcp", "--model", f"replay-file:{script}",
-        "--sandbox", sandbox, *extra], cwd=str(tmp_path))
+        "--sandbox", sandbox, *extra], cwd=str(cwd or tmp_path))
 
 
 async def call(p: StdioServerParameters, args: dict[str, Any],
@@ -83,6 +84,26 @@ async def test_mcp_tool_errors_are_reported(tmp_path: Path) -> None:
     assert res.is_error and "outside this server's root" in res.content[0].text
     res = await call(p, {"question": "q", "path": "missing.txt"})
     assert res.is_error and "does not exist" in res.content[0].text
+
+
+async def test_mcp_without_root_serves_only_the_directory_it_started_in(tmp_path: Path) -> None:
+    """A client may not read any file the user can (a credentials file) without `--root`."""
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key=abc")
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "notes.txt").write_text("hello")
+    (work / "link").symlink_to(secret)       # a symlink out of the root is outside too
+    p = params(tmp_path, cwd=work)
+    res = await call(p, {"question": "q", "path": "notes.txt"})
+    assert not res.is_error and res.structured_content["answer"].startswith("type=str n=5")
+    for path in (str(secret), "../credentials", "link"):
+        res = await call(p, {"question": "q", "path": path})
+        assert res.is_error and "outside this server's root" in res.content[0].text, path
+    # an explicit --root / restores access to every readable file
+    res = await call(params(tmp_path, "--root", "/", cwd=work),
+                     {"question": "q", "path": str(secret)})
+    assert not res.is_error and res.structured_content["answer"].startswith("type=str n=25")
 
 
 async def test_mcp_with_the_isolated_local_sandbox(tmp_path: Path) -> None:

@@ -127,8 +127,8 @@ async def test_concurrent_runs_see_nothing_of_each_other(tmp_path):
         # reach, and so is its abstract unix socket (per network namespace)
         cell = await run(b, CONNECT.format(port=pa["port"]))
         assert "tcp reached" not in cell.stdout and "abstract reached" not in cell.stdout, cell
-        with open(os.path.join(a.workspace, "mine")) as f:
-            assert f.read() == str(pa["uid"])
+        # the workspace is a tmpfs in the zygote's namespace (the disk cap): read it there
+        assert (await run(a, "open('/workspace/mine').read()")).value == repr(str(pa["uid"]))
     finally:
         await asyncio.gather(a.close(), b.close())
 
@@ -194,7 +194,7 @@ KILLED = textwrap.dedent("""
         return ""
 
     async def main():
-        sb = LocalSandbox()
+        sb = LocalSandbox(disk_mb=None)   # a workspace the host sees (not a capped tmpfs)
         await sb.start(ContextPayload(path=sys.argv[1], kind="text", sha256="-",
                                       size_bytes=1), handler)
         print(sb.workspace, sb._cgroup.dirs if sb._cgroup else [], flush=True)

@@ -129,18 +129,51 @@ def test_live_server_serves_page_and_growing_trace(tmp_path: Path):
     p = tmp_path / "t.jsonl"
     server = LiveServer(p).start()
     try:
-        assert server.url.startswith("http://127.0.0.1:")
+        assert server.url.startswith("http://127.0.0.1:") and f"?key={server.key}" in server.url
         page = urllib.request.urlopen(server.url, timeout=5).read().decode()
         assert '"live":true' in page and "connect-src 'self'" in page
-        got = json.load(urllib.request.urlopen(server.url + "events?offset=0", timeout=5))
+        got = json.load(urllib.request.urlopen(server.events_url(0), timeout=5))
         assert got == {"offset": 0, "events": []}
         small_trace(p)
-        got = json.load(urllib.request.urlopen(server.url + "events?offset=0", timeout=5))
+        got = json.load(urllib.request.urlopen(server.events_url(0), timeout=5))
         assert [e["kind"] for e in got["events"]][:2] == ["header", "run"]
-        again = json.load(urllib.request.urlopen(
-            f"{server.url}events?offset={got['offset']}", timeout=5))
+        again = json.load(urllib.request.urlopen(server.events_url(got["offset"]), timeout=5))
         assert again == {"offset": got["offset"], "events": []}
         with pytest.raises(urllib.error.HTTPError):
-            urllib.request.urlopen(server.url + "../etc/passwd", timeout=5)
+            urllib.request.urlopen(server.base + "../etc/passwd", timeout=5)
+    finally:
+        server.close()
+
+
+def test_live_server_refuses_a_foreign_host_a_foreign_origin_and_no_key(tmp_path: Path):
+    """The trace holds prompts and answers: a web page the user visits (DNS rebinding names
+    its own host; a cross-origin fetch sends its Origin) or another local user without the
+    printed key gets nothing."""
+    import http.client
+    p = tmp_path / "t.jsonl"
+    small_trace(p)
+    server = LiveServer(p).start()
+    port = server.httpd.server_address[1]
+    ok_events = f"/events?key={server.key}&offset=0"
+
+    def get(path: str, **headers: str) -> tuple[int, bytes]:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        c.request("GET", path, headers=headers)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, body
+
+    try:
+        assert get(ok_events)[0] == 200
+        assert get(ok_events, Host=f"localhost:{port}")[0] == 200
+        assert get(ok_events, Origin=f"http://127.0.0.1:{port}")[0] == 200     # its own page
+        status, body = get(ok_events, Host=f"attacker.example:{port}")
+        assert status == 403 and b"DNS rebinding" in body and b"query" not in body
+        status, body = get(ok_events, Origin="https://attacker.example")
+        assert status == 403 and b"Origin" in body
+        for path in ("/events?offset=0", "/?key=wrong", "/", f"/events?key={server.key}x"):
+            status, body = get(path)
+            assert status == 403 and b"key it printed" in body, path
     finally:
         server.close()

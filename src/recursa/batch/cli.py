@@ -9,8 +9,10 @@ typed extraction into a table), resumable, with progress and one budget for the 
 Every finished item is one JSON row appended (fsynced) to the rows file: --out itself, or
 OUT.rows.jsonl beside a .csv / .parquet --out, which is written from the rows at the end.
 Re-running the same command resumes: items with a row are skipped (--retry-errors redoes the
-failed ones). Exit status as `bench run`: 0 all done, 1 some failed, 2 bad options, 4 the batch
-budget stopped it before every item ran, 130 interrupted.
+failed ones); an item its own limits cut to no answer is not done and runs again. Exit status
+as `bench run`: 0 all done, 1 some failed, 2 bad options (or a rows file whose rows are not
+recursa's), 4 items left undone by a limit (the batch budget stopped it, or items were cut
+with no answer), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ def register(sub: Any) -> None:
         description="Run QUERY over every context (a directory: one item per file; a "
         ".jsonl/.csv/.parquet file: one item per row), or every --queries line over one "
         "--context. One JSON row per item in --out, fsynced; re-running resumes. Exit status: "
-        "0 all done, 1 some failed, 2 bad options, 4 the batch budget stopped it, "
-        "130 interrupted.")
+        "0 all done, 1 some failed, 2 bad options, 4 a limit left items undone (the batch "
+        "budget, or items cut with no answer: a re-run does them), 130 interrupted.")
     b.add_argument("query", nargs="?", help="the question asked of every context")
     src = b.add_argument_group("items")
     src.add_argument("--contexts", nargs="+", metavar="PATH",
@@ -130,7 +132,7 @@ def cmd_batch(a: argparse.Namespace) -> int:
 def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
     from recursa.core.batch.ledger import BatchBudget
     from recursa.core.batch.rowfile import ResultsFile
-    from recursa.core.batch.rows import row_failed
+    from recursa.core.batch.rows import row_cut, row_failed, row_problem
     from recursa.core.batch.run import RayBatchExecutor, aiter_batch
     from recursa.core.preflight import check_options
 
@@ -145,12 +147,19 @@ def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
     executor = None
     if a.executor == "ray":
         executor = RayBatchExecutor(a.address, retries=a.retries, env_vars=a.ray_env)
-    results = ResultsFile(rows_path)
-    done = results.done(a.retry_errors)
+    # a resume trusts the rows (which items are done): a row that is not one of ours is named
+    # by file and line before anything runs
+    results = ResultsFile(rows_path, check=row_problem)
+    mine = {it.key for it in items}
+    # an item a limit cut to no answer is not done: it runs again (with the limits given now)
+    done = results.done(a.retry_errors, redo=row_cut)
     todo = [it for it in items if it.key not in done]
     skipped = len(items) - len(todo)
+    recut = sum(1 for k, r in results.rows.items() if k in mine and row_cut(r))
     if skipped:
         notes.info(f"resuming: {skipped} of {len(items)} items already have a row in {rows_path}")
+    if recut:
+        notes.info(f"{recut} items a limit cut with no answer run again")
     mode = "jsonl" if a.events == "jsonl" else "quiet" if a.quiet else "rich"
     from recursa.core.batch.progress import BatchProgress
     bar = BatchProgress(len(todo), mode=mode, skipped=skipped)
@@ -161,7 +170,7 @@ def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
                                    output=output, executor=executor, summary=summary):
             if r.row is not None:
                 results.append(r.row)          # durable before anything looks at it
-                bar.item(r.row, row_failed(r.row))
+                bar.item(r.row, row_failed(r.row), cut=row_cut(r.row))
 
     interrupted = False
     try:
@@ -170,16 +179,18 @@ def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
         interrupted = True
     finally:
         results.close()
-    mine = {it.key for it in items}
     rows = [r for k, r in results.rows.items() if k in mine]
     failed = [r for r in rows if row_failed(r)]
+    cut = [r for r in rows if row_cut(r)]
+    remaining = len(items) - len(rows) + len(cut)     # no row yet, or cut with no answer
     if table_path is not None:
         from recursa.core.batch.table import schema_fields, table_rows, write_table
         extra = [a.id_column] if a.id_column else []
         write_table(table_rows(rows, schema_fields(output.schema if output else None), extra),
                     table_path)
     final = {"items": len(items), "ran": summary.get("done", bar.done), "skipped": skipped,
-             "failed": len(failed), "not_started": summary.get("not_started", 0),
+             "failed": len(failed), "cut": len(cut), "remaining": remaining,
+             "not_started": summary.get("not_started", 0),
              "cost_usd": summary.get("cost_usd"), "tokens": summary.get("tokens", bar.tokens),
              "stopped": summary.get("stopped"), "lost_attempts": summary.get("lost_attempts", 0),
              "elapsed_s": summary.get("elapsed_s"), "rows": str(rows_path),
@@ -188,10 +199,13 @@ def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
     if mode == "rich":
         _print_summary(final, failed)
     if interrupted:
+        # said in every mode but -q: a stopped batch must not read as a finished one
+        notes.warn(f"interrupted: {remaining} of {len(items)} items remain; run the same "
+                   f"command again to resume (finished items are kept in {rows_path})")
         return EXIT_INTERRUPTED
     if failed:
         return EXIT_FAILED
-    return EXIT_BUDGET if final["not_started"] else EXIT_OK
+    return EXIT_BUDGET if remaining else EXIT_OK
 
 
 def _print_summary(s: dict[str, Any], failed: list[dict[str, Any]]) -> None:
@@ -200,12 +214,17 @@ def _print_summary(s: dict[str, Any], failed: list[dict[str, Any]]) -> None:
     con = stderr_console()
     cost = "cost ?" if s["cost_usd"] is None else f"${s['cost_usd']:.4f}"
     con.print(f"{s['ran']} run, {s['skipped']} already done, {s['failed']} failed, "
+              f"{s['cut']} cut by a limit with no answer, "
               f"{s['not_started']} not started; {cost}, {s['tokens']:,} tokens, "
               f"{s['elapsed_s'] or 0:.1f}s; rows in {escape(s['rows'])}"
               + (f", table {escape(s['table'])}" if s["table"] else ""))
     if s["stopped"]:
         con.print(f"[yellow]the batch budget ({s['stopped']}) stopped it: {s['not_started']} "
                   "items did not start; raise the limit and re-run to do them[/]")
+    if s["cut"]:
+        con.print(f"[yellow]{s['cut']} items were cut by their own limits (--max-cost, "
+                  "--max-tokens, --max-seconds...) before they had an answer: not done; "
+                  "re-run (with a higher limit) to do them[/]")
     if s["lost_attempts"]:
         con.print(f"[yellow]{s['lost_attempts']} attempts were lost with their worker and "
                   "retried (their reported spend is counted)[/]")

@@ -29,6 +29,7 @@ from recursa.core.budget import Ledger
 from recursa.core.context import estimate_tokens
 from recursa.core.pace import Pace
 from recursa.obs.trace import Tracer
+from recursa.sandbox.budgets import child_slot
 
 if TYPE_CHECKING:
     from recursa.core.tools import ToolSet
@@ -74,6 +75,17 @@ def estimate_cost(client: ModelClient, input_tokens: int, output_tokens: int) ->
     (recursa.models.pricing prices what the client declares.)"""
     from recursa.models.pricing import estimate
     return estimate(client.capabilities.pricing, input_tokens, output_tokens)
+
+
+def output_cap(client: ModelClient, options: dict[str, Any], input_tokens: int) -> int:
+    """The most output tokens this call can produce, for its worst case: its own max_tokens,
+    else the client's declared cap when a call sets none, else DEFAULT_OUTPUT_RESERVE; never
+    more than the model's window leaves after the input."""
+    caps = client.capabilities
+    cap = int(options.get("max_tokens") or caps.max_output_tokens or DEFAULT_OUTPUT_RESERVE)
+    if caps.context_window:
+        cap = min(cap, max(1, caps.context_window - input_tokens))
+    return max(1, cap)
 
 
 def text_tokens(text: str) -> int:
@@ -136,12 +148,15 @@ class Dispatcher:
         options = dict(options or {})
         est_in = sum(img.content_tokens(m.get("content", ""), text_tokens) for m in messages) \
             + 4 * len(messages)
-        est_out = int(options.get("max_tokens") or DEFAULT_OUTPUT_RESERVE)
+        est_out = output_cap(client, options, est_in)
         cost = estimate_cost(client, est_in, est_out)
         if cost is None:   # no price known: the dearest call seen so far is the best guess
             cost = self._cost_seen.get(client.name)
-        res = self.ledger.reserve(tokens=est_in + est_out, cost=cost, subcall=subcall,
-                                  force=force)
+        # patient: a worst case that does not fit beside the calls in flight waits for them to
+        # settle (recursa.core.budget), within the run's time
+        async with wall_limit(self.ledger, f"a call to {client.name}", final=force):
+            res = await self.ledger.areserve(tokens=est_in + est_out, cost=cost,
+                                             subcall=subcall, force=force)
         # a forced call (the root's last-answer turn) runs in the time reserved for it
         remaining = self.ledger.deadline.left(final=force)
         if remaining is not None:
@@ -312,7 +327,12 @@ class Dispatcher:
             return await self.llm(text, opts.pop("model", None), opts, node,
                                   images=[i for _, i in found] or None)
         try:
-            return await self.child_runner(node, str(prompt), context)
+            # a child shares its run's memory and processes (recursa.sandbox.budgets): it
+            # starts when the run has room for it, within the run's time
+            async with contextlib.AsyncExitStack() as held:
+                async with wall_limit(self.ledger, "a wait for room for a child run"):
+                    await held.enter_async_context(child_slot())
+                return await self.child_runner(node, str(prompt), context)
         except RecursaError as e:
             return f"Error: child RLM failed: {e}"
         except Exception as e:

@@ -12,10 +12,13 @@ What is enforced (all configurable):
     (`max_processes`, default 64, threads count) through a control group of the sandbox's own
     where the host can make one (cgroup v2 or v1), else a host-side watch of the tree's resident
     memory that stops and restarts the worker; `tree_limits` and `isolation` say which;
-  * a cap on the workspace's total size (`disk_mb`), watched by the host from start to close,
-    between cells too: over it, the worker is killed and restarted and the workspace emptied
-    (a per-file limit alone would let many files fill the disk); a breach between cells is
-    reported by the next cell;
+  * a cap on the workspace's total size (`disk_mb`). A worker forked by the zygote gets a
+    workspace that is a size-capped tmpfs (zygote.py): the kernel refuses the write that would
+    pass it (ENOSPC), and its files count against the memory caps. Elsewhere the host watches
+    the workspace from start to close, between cells too: over it, the worker is killed and
+    restarted and the workspace emptied (a per-file limit alone would let many files fill the
+    disk); a breach between cells is reported by the next cell. Either way no one file may
+    exceed the cap (RLIMIT_FSIZE is the smaller of `file_size_mb` and `disk_mb`);
   * with bubblewrap: no network, a private pid/ipc/uts namespace, only /usr (+ /bin, /lib
     links), a few /etc files, the Python installation (read-only, at /recursa/python), the
     worker and the context (read-only, at /recursa/), the workspace (at /workspace) and a
@@ -78,6 +81,8 @@ from recursa.base.background import BACKGROUND, WORKERS
 from recursa.base.images import pillow_site
 from recursa.base.tempdirs import owned_tempdir
 from recursa.base.types import CallHandler, Cell, ContextPayload, SandboxError
+from recursa.sandbox import budgets
+from recursa.sandbox.budgets import HOST, MB, Member, RunTree
 from recursa.sandbox.forkserver import ZygoteTransport, zygote_host
 from recursa.sandbox.isolation import bwrap_works, find_bwrap, require_isolation
 from recursa.sandbox.protocol import WORKER_PATH
@@ -596,7 +601,8 @@ class LocalSandbox:
     """
 
     def __init__(self, *, isolation: Literal["auto", "bwrap", "limits"] = "auto",
-                 memory_mb: int | None = 4096, cpu_seconds: int | None = 3600,
+                 memory_mb: int | Literal["auto"] | None = "auto",
+                 cpu_seconds: int | None = 3600,
                  file_size_mb: int | None = 1024, max_processes: int | None = 64,
                  tmp_mb: int = 256, disk_mb: int | None = 4096,
                  python: str | None = None, bwrap: str | None = None,
@@ -605,7 +611,8 @@ class LocalSandbox:
                  zygote: bool | None = None, cgroups: bool = True):
         if isolation not in ("auto", "bwrap", "limits"):
             raise ValueError(f"isolation must be auto, bwrap or limits, not {isolation!r}")
-        self.memory_mb = memory_mb
+        self.memory_mb: int | None = budgets.default_run_memory_mb() if memory_mb == "auto" \
+            else memory_mb
         self.cpu_seconds = cpu_seconds
         self.file_size_mb = file_size_mb
         self.max_processes = max_processes
@@ -647,8 +654,19 @@ class LocalSandbox:
         self._cgroup: RunCgroup | None = None
         self._disk_entries = 0          # files in the workspace at the last look
         self._watcher: asyncio.Task[None] | None = None
+        # the run tree this sandbox shares its caps with (budgets.py): its own when it is a
+        # top-level run's, else the one of the run whose REPL started this child run
+        self._tree: RunTree | None = None
+        self._owns_tree = False
+        self._member: Member | None = None
+        self._watch_key: int | None = None
         self._closed = False
         self.isolation = self._describe()
+
+    @property
+    def _disk_polled(self) -> bool:
+        """Whether the host watches the workspace's size (not a capped tmpfs: not forked)."""
+        return bool(self.disk_mb and self.workspace and not self.forked)
 
     @property
     def tree_limits(self) -> str:
@@ -664,15 +682,17 @@ class LocalSandbox:
             lim.append(f"memory {self.memory_mb} MB per process and for the whole tree ({how})")
         if self.cpu_seconds:
             lim.append(f"cpu {self.cpu_seconds} s")
-        if self.file_size_mb:
-            lim.append(f"file size {self.file_size_mb} MB")
+        if self.file_size_mb or self.disk_mb:
+            fsize = min(x for x in (self.file_size_mb, self.disk_mb) if x)
+            lim.append(f"file size {fsize} MB")
         if self.max_processes and (mech != "watch" or self.drop_uid or self.userns):
             how = mech if mech != "watch" else (
                 "RLIMIT_NPROC of its own uid" if self.drop_uid
                 else "RLIMIT_NPROC of its own user namespace")
             lim.append(f"processes {self.max_processes} ({how})")
         if self.disk_mb:
-            lim.append(f"workspace {self.disk_mb} MB")
+            lim.append(f"workspace {self.disk_mb} MB" + (" (a capped tmpfs)" if self.use_zygote
+                                                         else " (watched)"))
         limits = ", ".join(lim) or "none"
         if self.mode == "bwrap":
             if self.userns and self.use_zygote:
@@ -693,16 +713,43 @@ class LocalSandbox:
             raise SandboxError("the sandbox was already started")
         if not os.path.isfile(payload.path):
             raise SandboxError(f"context file not found: {payload.path}")
+        try:
+            await self._join_tree()
+        except BaseException:
+            await self.close()
+            raise
+        tree = self._tree
         if self._cg_host is not None and self._cgroup is None:
+            mem = self.memory_mb * MB if self.memory_mb else None
+            if mem and tree is not None and tree.memory:
+                # a little under the run's cap: a sandbox alone in its run meets its own limit
+                # first (the run's group is charged a few pages of its own besides)
+                mem = max(MB, min(mem, tree.memory) - budgets.OWN_MARGIN)
             try:
-                self._cgroup = self._cg_host.new_group(
-                    self.memory_mb * 1024 * 1024 if self.memory_mb else None,
-                    self.max_processes or None)
+                self._cgroup = self._cg_host.new_group(mem, self.max_processes or None,
+                                                       parent=tree.group if tree else None)
             except OSError as exc:   # e.g. the parent group vanished: watch instead
                 log.warning("recursa: could not create the sandbox's control group (%s); "
                             "watching its memory from the host instead", exc)
                 self._cg_host = None
                 self.isolation = self._describe()
+        assert tree is not None and self._member is not None
+        tree.join(self._member)
+        if not self._owns_tree:
+            # a child's worker starts when the run has room for one (the kernel would refuse
+            # its namespaces' memory at the run's cap)
+            self._member.need = budgets.RESERVE_MIN
+            await tree.wait_for_room(self._member)
+        member, plain = self._member, handler
+
+        async def in_tree(kind: str, args: dict[str, Any]) -> Any:
+            # a child run started by this call joins this run's tree (budgets.CURRENT)
+            token = budgets.CURRENT.set((tree, member))
+            try:
+                return await plain(kind, args)
+            finally:
+                budgets.CURRENT.reset(token)
+        handler = in_tree
         forked = False
         if self.use_zygote:
             try:
@@ -716,9 +763,70 @@ class LocalSandbox:
                 self.isolation = self._describe()
         if not forked:
             await self._start_spawned(payload, handler)
-        if (self.disk_mb and self.workspace) or self.memory_mb or self._cgroup is not None:
+        if self._disk_polled or self.memory_mb or self._cgroup is not None:
             # Limits hold between cells too: one watch from start to close.
             self._watcher = asyncio.create_task(self._watch())
+
+    async def _join_tree(self) -> None:
+        """Join the run tree of the run whose REPL started this sandbox's run (a child run),
+        or open one of this sandbox's own (a top-level run): commit its caps against the
+        process's totals (waiting for room) and make its control group."""
+        cur = budgets.CURRENT.get()
+        parent: Member | None = None
+        if cur is not None and not cur[0].closed:
+            self._tree, parent = cur
+        else:
+            self._tree = await self._open_tree()
+            self._owns_tree = True
+        self._member = Member(name=f"sandbox {id(self):x}", parent=parent,
+                              usage=self._memory_now)
+
+    async def _open_tree(self) -> RunTree:
+        mem = min(self.memory_mb * MB, HOST.memory) if self.memory_mb else None
+        procs = min(self.max_processes, HOST.processes) if self.max_processes else None
+        tree = RunTree(mem, procs, host=HOST)
+        if self._cg_host is not None:    # the kernel measures (and caps) the process's total
+            whole = RunCgroup(self._cg_host.kind, self._cg_host.memory_parent,
+                              self._cg_host.pids_parent, None, None)
+            HOST.measure_with(whole.resident, whole.processes)
+        if mem or procs:
+            tree.lease = await HOST.acquire(mem or 0, procs or 0, wait=budgets.wait_seconds(),
+                                            what=self.isolation, usage=tree.usage)
+        if self._cg_host is not None:
+            try:
+                self._cg_host.set_totals(HOST.memory, HOST.processes)
+                tree.attach(self._cg_host.new_group(mem, procs, tree=True))
+            except OSError as exc:
+                log.warning("recursa: could not create the run's control group (%s); its "
+                            "sandboxes' memory is summed from the host instead", exc)
+        return tree
+
+    def _memory_now(self) -> int:
+        """This sandbox's memory in use now: its group's, else its watched tree's."""
+        if self._cgroup is not None:
+            return self._cgroup.resident()
+        return WATCH.rss(self._watch_key) if self._watch_key is not None else 0
+
+    def _run_memory_reason(self) -> str:
+        tree = self._tree
+        assert tree is not None and tree.memory
+        if not any(m is not self._member and m.running for m in tree.members):
+            return self._memory_reason()      # alone in its run: its own limit
+        how = self.tree_limits if self.tree_limits != "watch" else "host watch"
+        return (f"the run it belongs to reached its {tree.memory // MB} MB memory limit "
+                f"({how}), which the run's sandbox and its child runs' share, so this "
+                f"sandbox, the one started last, was stopped")
+
+    async def _leave_tree(self) -> None:
+        tree, self._tree = self._tree, None
+        if tree is None:
+            return
+        if self._member is not None:
+            tree.leave(self._member)
+        if self._owns_tree:
+            if tree.group is not None:
+                await asyncio.to_thread(tree.group.remove)
+            tree.close()
 
     async def _start_forked(self, payload: ContextPayload, handler: CallHandler) -> None:
         host = zygote_host(self.config, self.config.zygote_command)
@@ -745,6 +853,8 @@ class LocalSandbox:
             raise
         req = {"run": os.path.basename(run), "uid": uid or 0, "limits": dict(self.config.limits),
                "tmp_bytes": self.tmp_mb * 1024 * 1024}
+        if self.disk_mb:   # a size-capped tmpfs: enforced by the kernel, no watch needed
+            req["disk_bytes"] = self.disk_mb * 1024 * 1024
         cgroup = self._cgroup
 
         def transport() -> ZygoteTransport:
@@ -772,6 +882,7 @@ class LocalSandbox:
             await self.close()
             raise
         self.forked = True
+        self.isolation = self._describe()
 
     async def _start_spawned(self, payload: ContextPayload, handler: CallHandler) -> None:
         spare = POOL.take(self.config, self.prewarm) if self.prewarm > 0 else None
@@ -852,7 +963,9 @@ class LocalSandbox:
         if self._session is None:
             raise SandboxError("the sandbox was not started")
         session = self._session
-        watch_disk = bool(self.disk_mb and self.workspace)
+        watch_disk = self._disk_polled
+        if self._tree is not None and self._member is not None and self._member.need:
+            await self._tree.wait_for_room(self._member)
         cell = await session.run(code, timeout=timeout, max_output_chars=max_output_chars)
         if watch_disk and await self._disk_used() is None:   # written faster than we looked
             await asyncio.to_thread(self._empty_workspace)
@@ -923,7 +1036,7 @@ class LocalSandbox:
         stopped: Any = None        # one we stopped: nothing more to do until it is replaced
         loop = asyncio.get_running_loop()
         next_disk = loop.time() + self.disk_poll
-        watch_disk = bool(self.disk_mb and self.workspace)
+        watch_disk = self._disk_polled
         try:
             while True:
                 await asyncio.sleep(self.disk_poll)
@@ -931,15 +1044,33 @@ class LocalSandbox:
                 if session is None:
                     return
                 transport = session._transport
-                if session.starting or transport is None or transport is stopped:
+                up = not (session.starting or transport is None or transport is stopped)
+                if self._member is not None:   # only a running worker is stopped at the cap
+                    self._member.running = up
+                if not up:
                     continue
                 if transport is not watched:   # a new worker: watch its tree
                     if key is not None:
                         WATCH.unwatch(key)
                     over.clear()
-                    key = self._watch_memory(session, over)
+                    key = self._watch_key = self._watch_memory(session, over)
                     watched = transport
                 when = "" if session.in_cell else "between cells, "
+                tree = self._tree
+                if tree is not None and self._member is not None and tree.over() \
+                        and tree.victim() is self._member:
+                    # the run's sandboxes together at the run's cap: the last one started goes
+                    # (and its next cell waits for the room it was using: budgets.py)
+                    old = self._cgroup.pids() if self._cgroup is not None else []
+                    stopped = transport
+                    tree.stopped_one(self._member, self._memory_now())
+                    await session.abort(when + self._run_memory_reason())
+                    for pid in old:
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(pid, signal.SIGKILL)
+                    if self._cgroup is not None:
+                        self._cgroup.rearm()
+                    continue
                 if over.is_set() or (self._cgroup is not None and self._cgroup.over_memory()):
                     # The group's members now, not later: the restarted worker joins it too.
                     old = self._cgroup.pids() if self._cgroup is not None else []
@@ -964,6 +1095,9 @@ class LocalSandbox:
         finally:
             if key is not None:
                 WATCH.unwatch(key)
+            self._watch_key = None
+            if self._member is not None:
+                self._member.running = False
 
     async def close(self) -> None:
         if self._closed:
@@ -984,6 +1118,7 @@ class LocalSandbox:
                 self._cgroup = None
             if self._spec is not None:
                 self._spec.cleanup()
+            await self._leave_tree()
 
     async def __aenter__(self) -> LocalSandbox:
         return self
@@ -1013,8 +1148,8 @@ class LocalSandbox:
             lim["as"] = self.memory_mb * mb
         if self.cpu_seconds:
             lim["cpu"] = self.cpu_seconds
-        if self.file_size_mb:
-            lim["fsize"] = self.file_size_mb * mb
+        if self.file_size_mb or self.disk_mb:   # no one file larger than the workspace
+            lim["fsize"] = min(x for x in (self.file_size_mb, self.disk_mb) if x) * mb
         if self.max_processes and (self.drop_uid or self.userns):
             lim["nproc"] = self.max_processes
         return lim

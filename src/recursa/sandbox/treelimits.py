@@ -10,8 +10,11 @@ Each sandbox (each run) therefore gets its own control group when the host can m
     (`memory.oom_control`), so a tree at its limit waits to be killed whole instead of losing one
     process at random; `pids.max`.
 
-The groups live under the host process's own group (`recursa-<pid>-<n>/run-<k>`), are removed
-when the sandbox closes and at interpreter exit, and stale ones of killed hosts are swept. The
+The groups live under the host process's own group: one group per run tree (a top-level run's
+sandbox and every child run's under it: `recursa-<pid>-<n>/tree-<j>`, capped at the run's
+memory and processes, so they share them: sandbox/budgets.py) and one per sandbox in it
+(`.../tree-<j>/run-<k>`). They are removed when the sandbox (the tree: its run) closes and at
+interpreter exit, and stale ones of killed hosts are swept. The
 worker joins its group itself, first thing, by writing "0" to a `cgroup.procs` file the host
 opened and passed as a descriptor (inside bubblewrap /sys is not visible), so every process it
 starts is counted.
@@ -130,16 +133,55 @@ class RunCgroup:
             return ev.get("oom_kill", 0) + ev.get("oom_group_kill", 0) + ev.get("oom", 0)
         return _fields(os.path.join(self.memory_dir, "memory.oom_control")).get("oom_kill", 0)
 
+    def under_oom(self, directory: str | None = None) -> bool:
+        """v1: the group (or a group above it) is waiting at its memory limit now (the OOM
+        killer is off: the host decides what to stop)."""
+        d = directory or self.memory_dir
+        if self.kind != "cgroup1" or not d:
+            return False
+        return bool(_fields(os.path.join(d, "memory.oom_control")).get("under_oom"))
+
     def over_memory(self) -> bool:
-        """The tree hit its memory limit since the last `rearm()` (v1: it is waiting at the
-        limit now, the OOM killer being off; v2: the kernel killed the group)."""
+        """The group hit its own memory limit since the last `rearm()` (v1: it is waiting at
+        the limit now, the OOM killer being off; v2: the kernel killed the group). A run
+        tree's limit reached above it is not this group's (v1 marks the groups below as
+        waiting too): the tree decides which of its sandboxes stops (sandbox/budgets.py)."""
         if not self.memory_dir or not self.memory_bytes:
             return False
-        if self.kind == "cgroup1":
-            oc = _fields(os.path.join(self.memory_dir, "memory.oom_control"))
-            if oc.get("under_oom"):
-                return True
+        if self.kind == "cgroup1" and self.under_oom() and self.memory_dir and \
+                not self.under_oom(os.path.dirname(self.memory_dir)):
+            return True     # waiting at its own limit, not at its run's
         return self._oom_count() > self._base_oom
+
+    def usage(self) -> int:
+        """Bytes of memory charged to the group now (0 if unknown)."""
+        if not self.memory_dir:
+            return 0
+        name = "memory.current" if self.kind == "cgroup2" else "memory.usage_in_bytes"
+        try:
+            return int(_read(os.path.join(self.memory_dir, name)).strip() or 0)
+        except (OSError, ValueError):
+            return 0
+
+    def resident(self) -> int:
+        """Bytes the group holds that the kernel cannot simply drop: anonymous memory and
+        tmpfs files (its page cache of files it read is left out: reclaimed at the limit).
+        What budgets.py admits new sandboxes by."""
+        if not self.memory_dir:
+            return 0
+        st = _fields(os.path.join(self.memory_dir, "memory.stat"))
+        if self.kind == "cgroup2":
+            return st.get("anon", 0) + st.get("shmem", 0) + st.get("kernel", 0)
+        return st.get("total_rss", 0) + st.get("total_shmem", 0)
+
+    def processes(self) -> int:
+        """Tasks (threads count) in the group now (pids.current; 0 if unknown)."""
+        if not self.pids_dir:
+            return 0
+        try:
+            return int(_read(os.path.join(self.pids_dir, "pids.current")).strip() or 0)
+        except (OSError, ValueError):
+            return 0
 
     def pids_refused(self) -> int:
         """How many forks the process cap refused since the last `rearm()`."""
@@ -171,8 +213,14 @@ class RunCgroup:
             time.sleep(0.005)
 
     def remove(self) -> None:
-        """Kill what is left in the group and delete it (rmdir fails while tasks remain)."""
+        """Kill what is left in the group and delete it (rmdir fails while tasks remain);
+        groups below it (a tree's sandboxes) first."""
         for d in self.dirs:
+            with contextlib.suppress(OSError):
+                for entry in os.listdir(d):
+                    sub = os.path.join(d, entry)
+                    if entry.startswith(("run-", "tree-")) and os.path.isdir(sub):
+                        RunCgroup(self.kind, sub, None, None, None).remove()
             for attempt in range(100):
                 try:
                     os.rmdir(d)
@@ -197,21 +245,29 @@ class CgroupHost:
     def describe(self) -> str:
         return "cgroup v2" if self.kind == "cgroup2" else "cgroup v1"
 
-    def new_group(self, memory_bytes: int | None, pids_max: int | None) -> RunCgroup:
-        name = f"run-{next(_counter)}"
-        mem = os.path.join(self.memory_parent, name) if self.memory_parent else None
-        pids = os.path.join(self.pids_parent, name) if self.pids_parent else None
+    def new_group(self, memory_bytes: int | None, pids_max: int | None, *,
+                  parent: RunCgroup | None = None, tree: bool = False) -> RunCgroup:
+        """A sandbox's group (under `parent`, its run tree's, if given), or with `tree` a run
+        tree's group, which its sandboxes' groups go under."""
+        name = f"{'tree' if tree else 'run'}-{next(_counter)}"
+        mem_base = parent.memory_dir if parent is not None else self.memory_parent
+        pids_base = parent.pids_dir if parent is not None else self.pids_parent
+        mem = os.path.join(mem_base, name) if mem_base else None
+        pids = os.path.join(pids_base, name) if pids_base else None
         g = RunCgroup(self.kind, mem, pids, memory_bytes, pids_max)
         try:
             for d in g.dirs:
                 os.mkdir(d)
             if self.kind == "cgroup2":
+                if tree:   # its sandboxes' groups use these controllers too
+                    _write(f"{mem or pids}/cgroup.subtree_control", "+memory +pids")
                 if memory_bytes:
                     _write(f"{mem}/memory.max", str(memory_bytes))
                     with contextlib.suppress(OSError):
                         _write(f"{mem}/memory.swap.max", "0")
-                    with contextlib.suppress(OSError):
-                        _write(f"{mem}/memory.oom.group", "1")
+                    if not tree:   # at a tree's limit the kernel stops one sandbox whole
+                        with contextlib.suppress(OSError):
+                            _write(f"{mem}/memory.oom.group", "1")
                 if pids_max:
                     _write(f"{pids}/pids.max", str(pids_max))
             else:
@@ -228,6 +284,16 @@ class CgroupHost:
             raise
         return g
 
+    def set_totals(self, memory_bytes: int | None, pids_max: int | None) -> None:
+        """The process's own caps on every sandbox it runs, on the parent group (a backstop:
+        sandbox/budgets.py commits each run's caps against them before it starts)."""
+        with contextlib.suppress(OSError):
+            if memory_bytes and self.memory_parent:
+                name = "memory.max" if self.kind == "cgroup2" else "memory.limit_in_bytes"
+                _write(os.path.join(self.memory_parent, name), str(memory_bytes))
+            if pids_max and self.pids_parent:
+                _write(os.path.join(self.pids_parent, "pids.max"), str(pids_max))
+
     def remove(self) -> None:
         for d in (self.memory_parent, self.pids_parent):
             if d:
@@ -238,7 +304,7 @@ def _remove_tree(parent: str) -> None:
     with contextlib.suppress(OSError):
         for entry in os.listdir(parent):
             sub = os.path.join(parent, entry)
-            if entry.startswith("run-") and os.path.isdir(sub):
+            if entry.startswith(("run-", "tree-")) and os.path.isdir(sub):
                 RunCgroup("cgroup1", sub, None, None, None).remove()
     with contextlib.suppress(OSError):
         os.rmdir(parent)
@@ -413,6 +479,12 @@ class TreeWatch:
     def unwatch(self, key: int) -> None:
         with self._cond:
             self._items.pop(key, None)
+
+    def rss(self, key: int) -> int:
+        """The watched tree's resident bytes at the last look (0: not watched)."""
+        with self._cond:
+            w = self._items.get(key)
+            return w.last_rss if w is not None else 0
 
     def shutdown(self) -> None:
         with self._cond:

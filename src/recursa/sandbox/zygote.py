@@ -9,7 +9,10 @@ of CPU instead of a fresh bubblewrap, interpreter and imports (~90 ms).
 Each run still gets what a worker of its own bubblewrap gets, and no view of another run:
   * its own mount namespace: its workspace at /workspace and its context directory read-only
     at /recursa/ctx (both from /recursa/runs/<name>/), a fresh size-capped tmpfs at /tmp, and
-    /recursa/runs (every run's directories) unmounted;
+    /recursa/runs (every run's directories) unmounted. With "disk_bytes" the workspace is a
+    size-capped tmpfs the zygote mounts over the run's ws directory in its own namespace at the
+    run's first spawn (so the kernel enforces the cap, and a restarted worker of the same run
+    finds its files); the host removing the run's directory detaches it;
   * its own pid namespace (a small init is its pid 1, the worker pid 2; a fresh /proc),
     network namespace
     (loopback only), IPC, UTS and cgroup namespaces, and its own /dev/pts (devpts instance);
@@ -34,7 +37,7 @@ Each run's first process is forked straight into a new pid namespace (unshare(CL
 before the fork, setns() back after it), is that namespace's init, and forks the worker.
 
 Control socket (SOCK_SEQPACKET, fd --control-fd): one JSON object per message.
-  host -> zygote  {"op": "spawn", "id", "run", "uid", "limits", "tmp_bytes"}
+  host -> zygote  {"op": "spawn", "id", "run", "uid", "limits", "tmp_bytes", "disk_bytes"?}
                   with SCM_RIGHTS [stdin, stdout, stderr, *cgroup.procs]
                   {"op": "kill", "id"}
   zygote -> host  {"op": "spawned", "id", "error"?, "pid"?}   {"op": "exit", "id", "status"}
@@ -149,9 +152,10 @@ def _init(req: dict, fds: list[int]) -> None:
     stdio, cgroup_fds = fds[:3], fds[3:]
     try:
         os.setsid()
-        worker.join_cgroups(cgroup_fds)   # first: every process of the run is born inside
-        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
-                             | CLONE_NEWCGROUP), "unshare")
+        # The namespaces and mounts are made before the run joins its cgroup: at a run
+        # tree's memory cap the kernel refuses their memory (ENOMEM) rather than waiting.
+        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+               "unshare")
         _loopback_up()
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
         run = os.path.join(RUNS, os.path.basename(str(req["run"])))
@@ -166,6 +170,8 @@ def _init(req: dict, fds: list[int]) -> None:
         # run otherwise (/dev/ptmx is bubblewrap's link to pts/ptmx, so it follows)
         _mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
                "newinstance,ptmxmode=0666,mode=620")
+        worker.join_cgroups(cgroup_fds)   # before the worker: its processes are born inside
+        _check(_libc.unshare(CLONE_NEWCGROUP), "unshare cgroup")
         if USERNS:
             # Mounted over the zygote's (the kernel lets a user namespace mount a proc only
             # while one is fully visible); the zygote's /dev belongs to the host user: read-only
@@ -227,6 +233,22 @@ def _recv(sock: socket.socket) -> tuple[dict | None, list[int]]:
     return json.loads(msg), list(fds)
 
 
+def _workspace(req: dict) -> None:
+    """(In the zygote, before the run's init is forked) the run's workspace as a tmpfs of
+    `disk_bytes`, owned by the run's uid, once per run: the kernel refuses a write past the
+    cap (ENOSPC) where a watch from the host could only notice it afterwards."""
+    size = req.get("disk_bytes")
+    if not size:
+        return
+    ws = os.path.join(RUNS, os.path.basename(str(req["run"])), "ws")
+    if os.path.ismount(ws):      # a restart of the same run: its files stay
+        return
+    owner = 0 if USERNS else int(req["uid"])
+    _mount("tmpfs", ws, "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={int(size)},nr_inodes={max(1024, int(size) // 4096)},mode=0700,"
+           f"uid={owner},gid={owner}")
+
+
 def _status(st: int) -> int:
     if os.WIFSIGNALED(st):
         return -os.WTERMSIG(st)
@@ -266,6 +288,7 @@ def serve(sock: socket.socket) -> int:
                 send({"op": "exit", "id": rid, "status": _status(st)})
 
     def spawn(msg: dict, fds: list[int]) -> int:
+        _workspace(msg)
         # The next child is pid 1 of a new pid namespace; then back to ours, so that the one
         # after it gets a new namespace too.
         _check(_libc.unshare(CLONE_NEWPID), "unshare")

@@ -6,6 +6,10 @@ answered by an RLM, with the spend.
 
 An MCP client (an IDE, an agent) starts this command and talks JSON-RPC over its stdin/stdout;
 the SDK diverts stray stdout to stderr while serving, so nothing a run prints corrupts the wire.
+
+`path` arguments must lie inside the server's root: `--root DIR`, else the directory the
+command was started in (a client could otherwise have any file the user can read, credentials
+included, sent to a model); `--root /` allows every path.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,7 +69,9 @@ class McpConfig:
 
     options: RLMOptions = field(default_factory=RLMOptions)
     trace_dir: str | None = None
-    root: str | None = None          # when set, `path` must lie inside this directory
+    # `path` must lie inside this directory; None: the directory the server started in
+    # (`--root /` serves every readable file, an explicit choice)
+    root: str | None = None
     rlm_factory: Callable[[McpConfig, Callable[[Event], Any]], RLM] | None = None
     model: str | ModelClient | None = None       # set by build_server (a replay-file: spec
     sub_model: str | ModelClient | None = None   # becomes its scripted client)
@@ -76,13 +83,14 @@ def default_rlm_factory(config: McpConfig, on_event: Callable[[Event], Any]) -> 
                   "on_event": on_event})
 
 
-def _resolve_path(path: str, root: str | None) -> Path:
+def _resolve_path(path: str, root: str) -> Path:
+    """`path` (relative: to `root`) with symlinks resolved; refused outside `root`."""
+    base = Path(root).expanduser().resolve()
     p = Path(path).expanduser()
-    if root is not None:
-        base = Path(root).expanduser().resolve()
-        p = (base / p).resolve() if not p.is_absolute() else p.resolve()
-        if p != base and base not in p.parents:
-            raise RequestError(f"path {path!r} is outside this server's root {str(base)!r}")
+    p = (base / p).resolve() if not p.is_absolute() else p.resolve()
+    if p != base and base not in p.parents:
+        raise RequestError(f"path {path!r} is outside this server's root {str(base)!r} "
+                           f"(start the server with --root DIR to serve another directory)")
     if not p.exists():
         raise RequestError(f"path {str(p)!r} does not exist")
     return p
@@ -92,6 +100,8 @@ def build_server(config: McpConfig) -> MCPServer:
     config.model = load_model(config.model or config.options.model)
     config.sub_model = load_model(config.sub_model or config.options.sub_model)
     caps = Budget(**config.options.limits())
+    # fixed at start: a later chdir of the process must not move what the server exposes
+    root = str(Path(config.root or os.getcwd()).expanduser().resolve())
     server = MCPServer("recursa", instructions=INSTRUCTIONS)
 
     @server.tool()
@@ -108,7 +118,7 @@ def build_server(config: McpConfig) -> MCPServer:
         if (path is None) == (text is None):
             raise ToolError("give exactly one of `path` (a file or directory) or `text`")
         try:
-            context: Any = _resolve_path(path, config.root) if path is not None else text
+            context: Any = _resolve_path(path, root) if path is not None else text
             limits, _ = clamp_limits(caps, {"max_cost_usd": max_cost_usd,
                                             "max_seconds": max_seconds,
                                             "max_iterations": max_iterations})

@@ -9,6 +9,12 @@ another sub-model, a new document pasted into the question) starts afresh.
 The pool is bounded: at most `max_sessions` idle sessions (the least recently used one is
 closed first) and each closes its sandbox after `ttl_s` seconds unused. A session being used
 is taken out of the pool, so eviction never cuts a running question.
+
+Idle sessions also share the server's one memory and process budget with the running
+questions (recursa.sandbox.budgets: every open sandbox's run commits its caps against the
+process's totals, which default to what fits the machine). When a new run's caps do not fit,
+the pool closes its least recently used idle session to make room, one at a time, before the
+run waits or is refused.
 """
 
 from __future__ import annotations
@@ -66,6 +72,9 @@ class SessionPool:
         self._items: OrderedDict[str, Session] = OrderedDict()
         self._lock = threading.Lock()
         self.evicted = 0
+        self.reclaimed = 0      # closed to make room for a run in the memory budget
+        from recursa.sandbox.budgets import HOST
+        HOST.add_reclaimer(self.reclaim)    # held weakly: a pool that goes is forgotten
 
     def __len__(self) -> int:
         """Idle sessions still open (those that timed out since are forgotten here)."""
@@ -105,6 +114,19 @@ class SessionPool:
         for s in victims:
             _close_later(s, f"on eviction (the server keeps at most {self.max_sessions} "
                             f"idle sessions)")
+
+    def reclaim(self) -> bool:
+        """Close the least recently used idle session, for a run that needs room in the
+        server's memory budget; False when no session is idle."""
+        with self._lock:
+            self._forget_closed()
+            if not self._items:
+                return False
+            _, victim = self._items.popitem(last=False)
+            self.evicted += 1
+            self.reclaimed += 1
+        _close_later(victim, "to make room in the server's memory budget for another run")
+        return True
 
     def close_all(self) -> None:
         with self._lock:

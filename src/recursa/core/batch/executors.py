@@ -61,6 +61,19 @@ class AsyncioExecutor:
         await asyncio.gather(*(one(s) for s in specs))
 
 
+def _warn_unauthenticated_local_ray() -> None:
+    """A local Ray instance listens on every interface (Ray 2.60 has no way to bind it to
+    loopback: it turns 127.0.0.1 into the machine's routable address); Ray 2.52+ protects it
+    with token authentication unless RAY_AUTH_MODE says otherwise. Say so when it does."""
+    mode = os.environ.get("RAY_AUTH_MODE", "").strip().lower()
+    if mode and mode != "token":
+        log.warning("recursa: the local Ray instance started for this batch listens on every "
+                    "network interface, and RAY_AUTH_MODE=%s turns its token authentication "
+                    "off: anyone who can reach this machine can run code in it. Unset "
+                    "RAY_AUTH_MODE (or set it to token), or start Ray yourself and pass "
+                    "--address.", mode)
+
+
 def require_ray() -> Any:
     try:
         import ray
@@ -115,6 +128,8 @@ class RayExecutor:
         started_here = False
         if not ray.is_initialized():
             opts = {"include_dashboard": False, **self.init_options}
+            if self.address is None:
+                _warn_unauthenticated_local_ray()
             ray.init(address=self.address, **opts)
             started_here = True
         try:

@@ -14,7 +14,7 @@ class BatchProgress:
 
     def __init__(self, total: int, *, mode: str = "rich", skipped: int = 0):
         self.total, self.mode, self.skipped = total, mode, skipped
-        self.done = self.failed = 0
+        self.done = self.failed = self.cut = 0
         self.cost: float | None = 0.0
         self.tokens = 0
         self.t0 = time.monotonic()
@@ -44,12 +44,15 @@ class BatchProgress:
 
     def _info(self) -> str:
         spend = "cost ?" if self.cost is None else f"${self.cost:.4f}"
-        return (f"failed {self.failed}  {self.rate():.1f}/min  {spend}  "
+        cut = f"cut {self.cut}  " if self.cut else ""
+        return (f"failed {self.failed}  {cut}{self.rate():.1f}/min  {spend}  "
                 f"{self.tokens:,} tokens")
 
-    def item(self, row: dict[str, Any], failed: bool) -> None:
+    def item(self, row: dict[str, Any], failed: bool, cut: bool = False) -> None:
+        """One finished item; `cut`: a limit ended it with no answer (not done)."""
         self.done += 1
         self.failed += failed
+        self.cut += cut
         c = row.get("cost_usd")
         self.cost = None if c is None or self.cost is None else self.cost + c
         self.tokens += int(row.get("tokens") or 0)
@@ -57,7 +60,8 @@ class BatchProgress:
             self._bar.update(self._task, advance=1, info=self._info())
         elif self.mode == "jsonl":
             self._json("item", key=row["key"], index=row.get("index"), source=row.get("source"),
-                       status=row.get("status"), failed=failed, error=row.get("error"),
+                       status=row.get("status"), failed=failed, cut=cut,
+                       error=row.get("error"), limit=row.get("limit"),
                        cost_usd=c, tokens=row.get("tokens"), wall_s=row.get("wall_s"),
                        done=self.done, total=self.total, spend_usd=self.cost,
                        rate_per_min=round(self.rate(), 2))

@@ -31,7 +31,7 @@ from recursa.base.types import Event, Result
 
 from .items import BatchItem, load_item_context, make_items
 from .ledger import BatchBudget, BatchLedger, RemoteLedger, item_caps, ray_ledger
-from .rows import error_result, item_row, spend_of
+from .rows import error_result, item_row, row_cut, spend_of
 
 if TYPE_CHECKING:
     from recursa.core.rlm import RLM
@@ -280,7 +280,7 @@ async def aiter_batch(rlm: RLM, items: Iterable[Any] | None = None, *, query: st
     t0 = time.monotonic()
     loop = asyncio.get_running_loop()
     out: asyncio.Queue[ItemResult | None] = asyncio.Queue()
-    counts = {"done": 0, "failed": 0, "not_started": 0}
+    counts = {"done": 0, "failed": 0, "cut": 0, "not_started": 0}
 
     def emit(r: ItemResult) -> None:
         if r.result is None:
@@ -288,6 +288,8 @@ async def aiter_batch(rlm: RLM, items: Iterable[Any] | None = None, *, query: st
         else:
             counts["done"] += 1
             counts["failed"] += r.result.status == "error"
+            # a limit ended it with no answer: ran, but not done (a resume runs it again)
+            counts["cut"] += r.row is not None and row_cut(r.row)
         out.put_nowait(r)
 
     if not its:      # e.g. a resumed batch with every item done: no Ray to join

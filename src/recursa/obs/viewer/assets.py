@@ -740,7 +740,8 @@ if (CFG.live) {
     if (busy) return;
     busy = true;
     try {
-      const r = await fetch(CFG.events_url + "?offset=" + offset, {cache: "no-store"});
+      const sep = CFG.events_url.includes("?") ? "&" : "?";
+      const r = await fetch(CFG.events_url + sep + "offset=" + offset, {cache: "no-store"});
       const j = await r.json();
       if (j.offset < offset) { reset(null); expanded.clear(); pages.clear(); selected = null; }
       offset = j.offset;

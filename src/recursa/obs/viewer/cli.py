@@ -93,6 +93,7 @@ def _live(trace: Path, a: argparse.Namespace) -> int:
     except OSError as e:
         print(f"error: cannot listen on 127.0.0.1:{a.port}: {e}", file=sys.stderr)
         return 2
+    # the URL carries the key every request needs (live.py): only who sees it can look
     print(f"following {trace} at {server.url}  (Ctrl-C to stop)", file=sys.stderr)
     if a.open:
         webbrowser.open(server.url)
