@@ -8,6 +8,7 @@ BIN    := $(VENV)/bin
 DEMO_EXTRAS := demo
 EXTRAS ?= local,dev,bench,ray,verifiers,serve,otel,search,docs
 TIMES  := $(VENV)/phase-times
+comma  := ,
 
 .PHONY: install install-demo system system-demo runtime model model-demo demo test test-fast \
         lint bench clean
@@ -20,11 +21,14 @@ show_times = echo "phases (load average at the end: $$(cut -d' ' -f1-3 /proc/loa
              cat $(TIMES); rm -f $(TIMES)
 
 # bubblewrap isolates the sandbox (without it recursa runs with resource limits only and says so);
-# g++ builds the local llama.cpp runtime. For the tests only: chromium + chromium-driver open the
-# trace viewer in a real browser, qemu-user runs the runtime on an emulated CPU without
+# libgomp1 is the OpenMP runtime the prebuilt llama.cpp server links (Debian brings it with gcc,
+# a slim image may not have it). g++ builds the local llama.cpp runtime from source, which the
+# demo needs only where the prebuilt server does not run (runtime_deps below). For the tests
+# only: g++ (the source fallback, and the AVX-512 control program), chromium + chromium-driver open
+# the trace viewer in a real browser, qemu-user runs the runtime on an emulated CPU without
 # AVX-512/AMX.
-DEMO_PKGS := bubblewrap g++
-TEST_PKGS := $(DEMO_PKGS) chromium chromium-driver qemu-user
+DEMO_PKGS := bubblewrap libgomp1
+TEST_PKGS := $(DEMO_PKGS) g++ chromium chromium-driver qemu-user
 apt_install = missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
@@ -51,17 +55,25 @@ $(VENV)/.installed: pyproject.toml
 install-demo: system-demo $(VENV)/.installed-demo
 install: system $(VENV)/.installed
 
-# The local runtime (llama.cpp's server, compiled once into ~/.cache/recursa for a portable CPU
-# profile: minutes of CPU on 2 cores) and the models (downloads), at the same time.
+# The local runtime (llama.cpp's server: the prebuilt one fetched in seconds on Linux x86-64 with
+# AVX2, else compiled once into ~/.cache/recursa for a portable CPU profile: minutes of CPU on 2
+# cores) and the models (downloads), at the same time. `recursa runtime build` says which it used.
+# The source build's tools (a C++ compiler; cmake and ninja, the local extra) are installed first,
+# and only where it is needed.
+runtime_kind = $(BIN)/python -c 'from recursa.models import runtime; print(runtime.runtime_kind())'
+source_tools = [ "$$($(runtime_kind))" = prebuilt ] || \
+	$(call timed,source build tools,$(call apt_install,g++) && \
+	  $(BIN)/python -m pip install -q -e '.[$(1)]')
 # $(call build_and_fetch,MODELS): both in parallel, each timed; fails if either failed.
-build_and_fetch = $(call timed,runtime build,$(BIN)/recursa runtime build) & build=$$!; \
+build_and_fetch = $(call timed,runtime,$(BIN)/recursa runtime build) & build=$$!; \
 	$(call timed,model fetch,$(foreach m,$(1),$(BIN)/recursa models fetch $(m) &&) true) & \
 	fetch=$$!; wait $$build; b=$$?; wait $$fetch; f=$$?; [ $$b = 0 ] && [ $$f = 0 ]
 model-demo: install-demo
-	@$(call timed,runtime build | model fetch,$(call build_and_fetch,qwen2.5-coder-1.5b))
+	@$(call source_tools,$(DEMO_EXTRAS)$(comma)local)
+	@$(call timed,runtime | model fetch,$(call build_and_fetch,qwen2.5-coder-1.5b))
 # for the tests: the default 1.5B, and the tiny one the portability test emulates
 model: install
-	@$(call timed,runtime build | model fetch,\
+	@$(call timed,runtime | model fetch,\
 	  $(call build_and_fetch,qwen2.5-coder-1.5b smollm2-135m))
 	@$(call timed,runtime check,$(BIN)/recursa runtime check --model smollm2-135m)  # 2 tokens on this CPU
 

@@ -81,9 +81,10 @@ def signal_name(returncode: int) -> str:
 
 def _explain(returncode: int) -> str:
     if returncode == -signal.SIGILL:
-        return (" The runtime uses a CPU instruction this machine does not enable: rebuild it "
-                "for an older CPU with `RECURSA_CPU_PROFILE=x86-64-v2 recursa runtime build "
-                "--force`, or set RECURSA_LLAMA_SERVER to a llama-server built for this machine.")
+        return (" The runtime uses a CPU instruction this machine does not enable: set "
+                "RECURSA_CPU_PROFILE=x86-64-v2 (for the build and the runs: recursa then builds "
+                "llama.cpp for an older CPU, once; `recursa runtime build` does it now), or set "
+                "RECURSA_LLAMA_SERVER to a llama-server built for this machine.")
     if returncode == -signal.SIGKILL:
         return " (killed: out of memory, or by another process)"
     return ""

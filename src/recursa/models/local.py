@@ -2,7 +2,8 @@
 
 Free (cost 0.0), private, and slow-ish on a CPU. The model runs in a separate process (see
 `llama_server.py`): a crash there ends the run with status `error` and a message naming the model
-and the signal, never the host. The binary is the portable build of `runtime.py`.
+and the signal, never the host. The server is `runtime.py`'s: llama.cpp's prebuilt server, or a
+portable build of it.
 
 Calls go over loopback HTTP to llama.cpp's OpenAI-compatible endpoint with `cache_prompt`, so a
 root turn reuses the KV cache of its earlier turns; the server's slots and host-RAM prompt cache

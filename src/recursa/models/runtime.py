@@ -1,20 +1,27 @@
-"""The local model runtime: a portable `llama-server` built from pinned llama.cpp sources.
+"""The local model runtime: llama.cpp's `llama-server`, prebuilt where it can be, else built here.
+
+Two kinds, chosen by `runtime_kind()`:
+
+- `prebuilt` (Linux x86-64 with an `x86-64-v3` CPU, the common case): llama.cpp's server from the
+  pinned `xllamacpp` wheel, fetched and unpacked in seconds (`prebuilt.py`).
+- `source` (older x86 CPUs, other architectures and systems, or `RECURSA_RUNTIME=source`): a
+  portable `llama-server` compiled here from pinned llama.cpp sources, minutes of CPU once.
 
 Why a build of our own, and not the `llama-cpp-python` wheel: that wheel is built from source
 with the build machine's native CPU flags, and pip caches it by the sdist alone, so a wheel built
 where AVX-512 or AMX works is reused where the CPU advertises them but the OS or hypervisor does
 not enable them, and the model dies with SIGILL. Here the sources are the llama.cpp tree vendored
 in the pinned `llama-cpp-python` sdist (fetched over HTTP from the package index and SHA-256
-checked before anything reads it; pip never handles it, since `pip download` of an sdist runs
-its build backend, and it is never built or imported as a package); they are compiled once per
-user into the recursa cache with an explicit instruction-set profile and no `-march=native`, and
-the result is keyed by source hash and profile, so no cache can hand a binary built for another
-CPU to this one.
+checked before anything reads it: `runtime_fetch.py`; it is never built or imported as a
+package); they are compiled once per user into the recursa cache with an explicit instruction-set
+profile and no `-march=native`, and the result is keyed by source hash and profile, so no cache
+can hand a binary built for another CPU to this one.
 
 Profiles (x86-64): `x86-64-v3` (Haswell and later: AVX2, FMA, F16C, BMI2; the default where the
-CPU has those), `x86-64-v2` (SSE4.2 only). AVX-512 and AMX are never used: llama.cpp's run-time
-CPU check reads CPUID only, not whether the OS enabled the registers, so a binary with them is
-not safe to hand out. Other architectures build llama.cpp's portable default.
+CPU has those), `x86-64-v2` (SSE4.2 only). AVX-512 and AMX are never used (neither does the
+prebuilt wheel): llama.cpp's run-time CPU check reads CPUID only, not whether the OS enabled the
+registers, so a binary with them is not safe to hand out. Other architectures build llama.cpp's
+portable default.
 
 The model runs in that server process, outside the host (see `llama_server.py`).
 """
@@ -22,12 +29,10 @@ The model runs in that server process, outside the host (see `llama_server.py`).
 from __future__ import annotations
 
 import hashlib
-import html
 import json
 import logging
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -36,12 +41,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urljoin
 
-from recursa.base.types import RecursaError
+from . import prebuilt
+from .fetch import file_lock
+from .runtime_fetch import ENV_INDEX, INDEX_URL, Pinned, RuntimeError_, download, verify
 
-from ._http import httpx
-from .fetch import file_lock, sha256_file
+__all__ = ["ENV_INDEX", "INDEX_URL", "RuntimeError_"]
 
 log = logging.getLogger("recursa.models")
 
@@ -51,14 +56,16 @@ SDIST_VERSION = "0.3.36"
 SDIST_FILE = "llama_cpp_python-0.3.36.tar.gz"
 SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 SDIST_SIZE = 76_589_250
-INDEX_URL = "https://pypi.org/simple"   # PEP 503/691 simple API; $PIP_INDEX_URL for a mirror
-ENV_INDEX = "PIP_INDEX_URL"
+SDIST = Pinned(SDIST_NAME, SDIST_VERSION, SDIST_FILE, SDIST_SIZE, SDIST_SHA256,
+               what="the llama.cpp sources")
 VENDOR_PREFIX = "llama_cpp_python-0.3.36/vendor/llama.cpp/"
 
 BINARY = "llama-server"
 ENV_BINARY = "RECURSA_LLAMA_SERVER"     # use this binary instead (a CUDA build, a distro package)
 ENV_DIR = "RECURSA_RUNTIME_DIR"
 ENV_PROFILE = "RECURSA_CPU_PROFILE"
+ENV_KIND = "RECURSA_RUNTIME"            # prebuilt | source: which llama-server to use
+KINDS = ("prebuilt", "source")
 
 _COMMON = [
     "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=OFF", "-DGGML_NATIVE=OFF",
@@ -81,10 +88,6 @@ PROFILES: dict[str, list[str]] = {
 _V3_FLAGS = {"avx", "avx2", "fma", "f16c", "bmi2"}
 
 ProgressFn = Callable[[str], None]
-
-
-class RuntimeError_(RecursaError):
-    """The local runtime could not be built, found or started."""
 
 
 def cpu_flags() -> set[str]:
@@ -114,41 +117,79 @@ def runtime_root() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "recursa" / "runtime"
 
 
+def runtime_kind(profile: str | None = None, kind: str | None = None) -> str:
+    """`prebuilt` where the prebuilt server runs (Linux x86-64, profile x86-64-v3), else
+    `source`; `kind` (or $RECURSA_RUNTIME) asks for one."""
+    profile = profile or default_profile()
+    if profile not in PROFILES:
+        raise RuntimeError_(f"unknown CPU profile {profile!r}; known: {', '.join(PROFILES)}")
+    want = (kind or os.environ.get(ENV_KIND) or "").strip().lower()
+    if want and want not in KINDS:
+        raise RuntimeError_(f"{ENV_KIND}={want!r}: the runtimes are {', '.join(KINDS)}")
+    why = prebuilt.unsupported(profile)
+    if want == "prebuilt" and why:
+        raise RuntimeError_(f"the prebuilt llama.cpp server cannot run here: {why}")
+    return "source" if want == "source" or why else "prebuilt"
+
+
 def build_dir_name(profile: str) -> str:
     key = hashlib.sha256(json.dumps([SDIST_SHA256, _COMMON, PROFILES[profile]]).encode())
     return f"llama.cpp-{SDIST_VERSION}-{profile}-{key.hexdigest()[:10]}"
 
 
-def binary_path(profile: str | None = None) -> Path:
-    """Where the server binary for `profile` lives once built (whether or not it is there)."""
-    return runtime_root() / build_dir_name(profile or default_profile()) / BINARY
+def binary_path(profile: str | None = None, kind: str | None = None) -> Path:
+    """The server to start for `profile` once it is there (whether or not it is): the source
+    build's binary, or this Python's launcher of the prebuilt one."""
+    profile = profile or default_profile()
+    if runtime_kind(profile, kind) == "prebuilt":
+        return prebuilt.launcher_path(runtime_root())
+    return runtime_root() / build_dir_name(profile) / BINARY
 
 
 def _info_path(binary: Path) -> Path:
     return binary.with_name("build.json")
 
 
-def is_built(profile: str | None = None) -> bool:
-    b = binary_path(profile)
+def is_built(profile: str | None = None, kind: str | None = None) -> bool:
+    profile = profile or default_profile()
+    if runtime_kind(profile, kind) == "prebuilt":
+        return prebuilt.is_installed(runtime_root())
+    b = binary_path(profile, "source")
     return b.is_file() and _info_path(b).is_file()
 
 
 def find_server(*, build: bool = True, progress: ProgressFn | None = None) -> Path:
-    """The llama-server binary to run: $RECURSA_LLAMA_SERVER, else our portable build (built
-    now, once, when `build` is true)."""
+    """The llama-server to run: $RECURSA_LLAMA_SERVER, else the prebuilt one where it runs,
+    else our portable build (fetched or built now, once, when `build` is true)."""
     env = os.environ.get(ENV_BINARY)
     if env:
         p = Path(env).expanduser()
         if not (p.is_file() and os.access(p, os.X_OK)):
             raise RuntimeError_(f"{ENV_BINARY}={env}: not an executable file")
         return p
-    b = binary_path()
     if is_built():
-        return b
+        return prebuilt.launcher(runtime_root()) if runtime_kind() == "prebuilt" \
+            else binary_path()
     if not build:
-        raise RuntimeError_(f"the local runtime is not built yet ({b}): run "
+        raise RuntimeError_(f"the local runtime is not there yet ({binary_path()}): run "
                             "`recursa runtime build` (make demo / make test do this)")
-    return build_server(progress=progress)
+    return prepare(progress=progress)
+
+
+def prepare(profile: str | None = None, *, kind: str | None = None, force: bool = False,
+            sdist: str | os.PathLike[str] | None = None,
+            wheel: str | os.PathLike[str] | None = None,
+            progress: ProgressFn | None = None) -> Path:
+    """Make the runtime of `kind` (see runtime_kind) ready: fetch the prebuilt server, or build
+    one from source (`sdist`: a local copy of the sources). Returns what to run."""
+    profile = profile or default_profile()
+    if sdist:
+        kind = "source"
+    if runtime_kind(profile, kind) == "prebuilt":
+        return prebuilt.install(runtime_root(), wheel=wheel, force=force, progress=progress)
+    if wheel:
+        raise RuntimeError_("--wheel is the prebuilt server's; this runtime is built from source")
+    return build_server(profile, force=force, sdist=sdist, progress=progress)
 
 
 def _tool(name: str) -> str | None:
@@ -158,60 +199,16 @@ def _tool(name: str) -> str | None:
     return str(here) if here.is_file() else shutil.which(name)
 
 
-def _sdist_url(client: httpx.Client, index: str) -> str:
-    """The pinned sdist's download URL, from the index's simple API page for the project (its
-    JSON form where the index has one, else the HTML one)."""
-    page = f"{index.rstrip('/')}/{SDIST_NAME}/"
-    r = client.get(page, headers={"Accept": "application/vnd.pypi.simple.v1+json, "
-                                            "text/html;q=0.1"})
-    r.raise_for_status()
-    if "json" in r.headers.get("content-type", ""):
-        links = [str(f.get("url", "")) for f in r.json().get("files", [])
-                 if f.get("filename") == SDIST_FILE]
-    else:
-        links = [html.unescape(h) for h in re.findall(r'href="([^"]+)"', r.text)]
-    for link in links:
-        url = urljoin(str(r.url), link.split("#", 1)[0])
-        if url.rsplit("/", 1)[-1] == SDIST_FILE:
-            return url
-    raise RuntimeError_(f"{page} lists no {SDIST_FILE}")
-
-
 def _download_sdist(dest: Path, say: ProgressFn) -> Path:
     """Fetch the pinned sdist into `dest` and check it. Only bytes move: nothing in the tarball
     runs or is read before its SHA-256 matched (pip would run its build backend first)."""
-    from .tls import shared_ssl_context
-    index = os.environ.get(ENV_INDEX) or INDEX_URL
-    say(f"downloading the llama.cpp sources ({SDIST_NAME}=={SDIST_VERSION} sdist, "
-        f"{SDIST_SIZE / 1e6:.0f} MB) from {index}")
-    got = dest / SDIST_FILE
-    try:
-        with httpx.Client(verify=shared_ssl_context(), follow_redirects=True,
-                          timeout=httpx.Timeout(60.0)) as client:
-            url = _sdist_url(client, index)
-            with client.stream("GET", url) as r, open(got, "wb") as f:
-                r.raise_for_status()
-                n = 0
-                for block in r.iter_bytes(1 << 20):
-                    n += len(block)
-                    if n > SDIST_SIZE:    # not the pinned file: no need to take more of it
-                        break
-                    f.write(block)
-    except httpx.HTTPError as e:
-        got.unlink(missing_ok=True)
-        raise RuntimeError_(f"downloading {SDIST_FILE} from {index} failed: {e} (set "
-                            f"{ENV_INDEX} to a mirror, or pass a local copy with "
-                            "`recursa runtime build --sdist PATH`)") from None
-    _verify_sdist(got)
-    return got
+    return download(SDIST, dest, say,
+                    local_copy_hint="pass a local copy with `recursa runtime build --sdist PATH`")
 
 
 def _verify_sdist(tarball: Path) -> None:
     """Refuse any tarball but the pinned one, before anything reads or extracts it."""
-    digest = sha256_file(tarball) if tarball.is_file() else "(no such file)"
-    if digest != SDIST_SHA256:
-        raise RuntimeError_(f"{tarball}: sha256 {digest} does not match the pinned "
-                            f"{SDIST_FILE} ({SDIST_SHA256}); refusing to build it")
+    verify(SDIST, tarball)
 
 
 def _extract_vendor(tarball: Path, dest: Path) -> Path:
@@ -233,7 +230,7 @@ def build_server(profile: str | None = None, *, force: bool = False,
     profile = profile or default_profile()
     if profile not in PROFILES:
         raise RuntimeError_(f"unknown CPU profile {profile!r}; known: {', '.join(PROFILES)}")
-    out = binary_path(profile)
+    out = binary_path(profile, "source")
 
     def say(msg: str) -> None:
         log.info("runtime: %s", msg)
@@ -242,7 +239,7 @@ def build_server(profile: str | None = None, *, force: bool = False,
 
     out.parent.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(out.parent):
-        if not force and is_built(profile):
+        if not force and is_built(profile, "source"):
             return out
         cmake, ninja = _tool("cmake"), _tool("ninja")
         cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
@@ -281,7 +278,7 @@ def build_server(profile: str | None = None, *, force: bool = False,
                 raise RuntimeError_(f"the built {BINARY} does not run (exit {check.returncode}):"
                                     f" {check.stderr.strip()[-500:]}")
             os.replace(tmp_out, out)
-        info = {"profile": profile, "cmake_args": cmake_args(profile),
+        info = {"kind": "source", "profile": profile, "cmake_args": cmake_args(profile),
                 "source": f"{SDIST_NAME}=={SDIST_VERSION} vendor/llama.cpp",
                 "source_sha256": SDIST_SHA256, "built_s": round(time.monotonic() - t0, 1),
                 "version": (check.stdout + check.stderr).strip().splitlines()[:2],
@@ -291,9 +288,14 @@ def build_server(profile: str | None = None, *, force: bool = False,
         return out
 
 
-def build_info(profile: str | None = None) -> dict[str, object] | None:
-    p = _info_path(binary_path(profile))
+def build_info(profile: str | None = None, kind: str | None = None
+               ) -> dict[str, object] | None:
+    """What build.json says of the runtime: its kind, source and hash, the time it took."""
+    profile = profile or default_profile()
+    if runtime_kind(profile, kind) == "prebuilt":
+        return prebuilt.build_info(runtime_root())
     try:
-        return json.loads(p.read_text())
+        info = json.loads(_info_path(binary_path(profile, "source")).read_text())
     except (OSError, ValueError):
         return None
+    return {"kind": "source", **info}     # builds from before the prebuilt one say no kind

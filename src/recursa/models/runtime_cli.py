@@ -52,17 +52,27 @@ def check(model: str, n_tokens: int = 2) -> dict[str, Any]:
 
 
 def cmd_runtime(a: argparse.Namespace) -> int:
+    import os
+
     from . import runtime
-    if a.action == "info":
-        print(json.dumps({"binary": str(runtime.binary_path(a.profile)),
-                          "built": runtime.is_built(a.profile),
-                          "default_profile": runtime.default_profile(),
-                          "build": runtime.build_info(a.profile)}, indent=1))
-        return 0
+    if a.source:      # for this command and the server `check` starts
+        os.environ[runtime.ENV_KIND] = "source"
     try:
+        if a.action == "info":
+            print(json.dumps({"kind": runtime.runtime_kind(a.profile),
+                              "binary": str(runtime.binary_path(a.profile)),
+                              "built": runtime.is_built(a.profile),
+                              "default_profile": runtime.default_profile(),
+                              "build": runtime.build_info(a.profile)}, indent=1))
+            return 0
         if a.action == "build":
-            print(runtime.build_server(a.profile, force=a.force, sdist=a.sdist,
-                                       progress=_say))
+            kind = "source" if a.sdist else runtime.runtime_kind(a.profile)
+            path = runtime.prepare(a.profile, kind=kind, force=a.force, sdist=a.sdist,
+                                   wheel=a.wheel, progress=_say)
+            info = runtime.build_info(a.profile, kind) or {}
+            _say(f"runtime: {kind} ({info.get('source', '?')}, CPU profile "
+                 f"{info.get('profile', '?')})")
+            print(path)
             return 0
         print(json.dumps(check(a.model, a.tokens), indent=1))
         return 0
@@ -72,13 +82,18 @@ def cmd_runtime(a: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("runtime", help="build or check the local llama.cpp runtime")
+    p = sub.add_parser("runtime", help="fetch or build, then check, the local llama.cpp runtime")
     p.add_argument("action", choices=["build", "check", "info"])
     p.add_argument("--profile", help="CPU profile: x86-64-v3 (default where AVX2 is there), "
                    "x86-64-v2, generic")
-    p.add_argument("--force", action="store_true", help="build again even if built")
+    p.add_argument("--source", action="store_true",
+                   help="build llama.cpp from source (minutes) even where the prebuilt server "
+                   "runs (Linux x86-64 with AVX2); the same as RECURSA_RUNTIME=source")
+    p.add_argument("--force", action="store_true", help="fetch or build again even if there")
     p.add_argument("--sdist", help="build from this copy of the pinned llama-cpp-python sdist "
-                   "(checked against its SHA-256) instead of downloading it")
+                   "(checked against its SHA-256) instead of downloading it; implies --source")
+    p.add_argument("--wheel", help="unpack this copy of the pinned xllamacpp wheel (checked "
+                   "against its SHA-256) instead of downloading it")
     p.add_argument("--model", default="smollm2-135m",
                    help="model for `check` (registry name or .gguf path)")
     p.add_argument("--tokens", type=int, default=2, help="tokens `check` generates")
