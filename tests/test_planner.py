@@ -643,3 +643,12 @@ def test_a_negated_opposite_is_asked_as_other():
     assert pl.plain_opposite("cracked", "intact") == "intact"
     assert pl.LabelCount(plan="label_count", label="food", opposite="non-food").labels == \
         ["other", "food"]
+
+
+def test_a_root_model_that_fails_the_planning_call_ends_the_run_as_in_the_code_mode():
+    from recursa.base.types import ModelError
+    root = ReplayClient([ModelError("local:fake-root died: SIGKILL", retryable=False)],
+                        name="local:fake-root")
+    res, sub = run(root)
+    assert res.status == "error" and "SIGKILL" in res.error
+    assert sub.calls == [] and len(root.calls) == 1      # no fall-back turn on a dead model

@@ -665,7 +665,11 @@ async def run_plan(run: Run, description: str) -> bool:
     try:
         comp = await env.dispatcher.call_model(env.root_client, messages, role="root",
                                                subcall=False, options=options)
-    except (ModelError, BudgetExceeded) as e:
+    except ModelError as e:     # the root model failed: the run ends, as in the code mode
+        turn.fail(str(e))
+        st.error = e
+        return True
+    except BudgetExceeded as e:
         turn.fail(str(e))
         return _note(run, f"the planning call failed ({e})")
     st.turns += 1
