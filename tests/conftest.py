@@ -23,3 +23,10 @@ def qwen() -> str:
         pytest.fail(f"the local model is not fetched: run `recursa models fetch {QWEN}` "
                     "(make test does this)")
     return f"local:{QWEN}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that load the machine on purpose (`busy_core`: the demo on one core with a busy
+    loop beside it) run last in their process: `make test` runs the model tests beside the
+    others, and a busy loop starving those of a core made their Ctrl-C timings fail."""
+    items.sort(key=lambda item: item.get_closest_marker("busy_core") is not None)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.usefixtures("qwen")]
+pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.busy_core,
+              pytest.mark.usefixtures("qwen")]
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -357,7 +357,7 @@ class _Version(argparse.Action):
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("recursa.cli", "answer a question over a file, a directory or stdin"),
     "models": ("recursa.cli", "list or fetch local models"),
-    "runtime": ("recursa.models.runtime_cli", "build or check the local llama.cpp runtime"),
+    "runtime": ("recursa.models.runtime_cli", "fetch or build, then check, the local llama.cpp runtime"),
     "bench": ("recursa.bench.cli", "run the evaluation suite and report on it"),
     "view": ("recursa.obs.viewer.cli", "open a run's trace as one self-contained HTML page"),
     "serve": ("recursa.server.cli", "serve an RLM behind an OpenAI-compatible API"),
