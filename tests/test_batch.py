@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from helpers_batch import extract, first_word
+from helpers_signals import default_sigint
 from recursa import RLM
 from recursa.base.types import ContextError
 from recursa.batch.cli import out_paths
@@ -319,7 +320,8 @@ def test_cli_ctrl_c_says_the_batch_was_interrupted_and_what_remains(tmp_path: Pa
     cmd = [*BIN, "batch", "first word?", "--contexts", str(d), "--out", str(out), "--model",
            model, "--sandbox", "inprocess", "--concurrency", "2"]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         start_new_session=True, env={**os.environ, "COLUMNS": "200"})
+                         start_new_session=True, env={**os.environ, "COLUMNS": "200"},
+                         preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if out.exists() and len(out.read_text().splitlines()) >= 2:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from helpers_scripted import repl
+from helpers_signals import default_sigint
 from openai_testserver import OpenAITestServer
 
 BIN = [sys.executable, "-m", "recursa.cli"]
@@ -48,7 +49,7 @@ def test_chat_keeps_the_session_and_ctrl_c_cancels_only_the_question(tmp_path: P
             BIN + ["chat", "--context", str(ctx), "--model", "openai:scripted", "--base-url",
                    srv.base_url, "--trace", str(trace)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "OPENAI_API_KEY": "test-key"})
+            env={**os.environ, "OPENAI_API_KEY": "test-key"}, preexec_fn=default_sigint)
         try:
             assert p.stdin is not None
             p.stdin.write(b"set x\nslow one\n")

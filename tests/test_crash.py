@@ -17,6 +17,7 @@ import pytest
 
 from helpers_procs import alive
 from helpers_sandbox import MODES
+from helpers_signals import default_sigint
 from helpers_wait import wait_until
 from recursa import RLM
 from recursa.models.replay import ReplayClient
@@ -159,7 +160,8 @@ def test_ctrl_c_ends_a_cli_run_with_partial_answer_spend_and_trace(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "recursa.cli", "run", "what?", "--context", str(ctx),
          "--model", f"replay-file:{script}", "--trace", str(trace), "--sandbox", "local"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT,
+        preexec_fn=default_sigint)
     try:
         ok = wait_until(lambda: trace.exists() and trace.read_text().count('"kind":"cell"') >= 3)
         assert ok, "the CLI run never reached its sleeping cell"
