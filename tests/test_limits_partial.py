@@ -110,6 +110,22 @@ def test_the_same_plan_runs_when_the_pace_says_it_fits():
     assert (res.status, res.answer) == ("final", "13") and len(sub.calls) == 40
 
 
+def test_a_plan_that_may_fit_is_started_though_its_worst_case_would_not(tmp_path):
+    # reads fast, writes slowly (2 reply tokens a second): every reply at its cap would
+    # overrun the limit, but the least the map can take (inputs once, a token a call) fits
+    slow_replies = Timing(prompt_tokens=700, prompt_s=0.5, output_tokens=30, output_s=15.0)
+    root = _root(PLAN, timing=slow_replies)
+    sub = ReplayClient(_judge, name="local:fake")
+    trace = tmp_path / "t.jsonl"
+    rlm = RLM(model=root, sub_model=sub, sandbox="inprocess", strategy="plan",
+              preflight=False, trace_path=trace, max_seconds=60)
+    res = rlm.completion("How many of the notes say the pump leaked?", context=RECORDS)
+    bound = next(e.data["bound"] for e in load_events(trace)
+                 if e.kind == "plan" and e.phase == "point")
+    assert bound["output_tokens"] / 2 > 60            # the worst case is over the limit
+    assert (res.status, res.answer) == ("final", "13") and len(sub.calls) == 40
+
+
 def test_pace_from_server_timings_and_from_latencies():
     pace = Pace()
     assert pace.seconds("m", calls=3, input_tokens=300, output_tokens=30,

@@ -883,17 +883,23 @@ def _at_limit(env: RunEnv) -> bool:
 
 def _over_time(env: RunEnv, bound: dict[str, Any]) -> str | None:
     """Why the plan cannot finish inside the time limit at this machine's measured pace, or
-    None (no limit, nothing measured yet, or it fits)."""
+    None (no limit, nothing measured yet, or it may fit).
+
+    The test is the least time the plan can take (every input read once, one reply token a
+    call), not its worst case: replies are usually far shorter than their cap, and a map that
+    runs out of time still answers from the part it finished. Refusing on the worst case
+    turned runs that would have fit into no answer on a slow machine."""
     left = env.ledger.deadline.left()
     if left is None:
         return None
     model = env.dispatcher.sub_client.name
+    calls = bound["calls"]
     need = env.dispatcher.pace.seconds(
-        model, calls=bound["calls"], input_tokens=bound.get("input_tokens", bound["tokens"]),
-        output_tokens=bound.get("output_tokens", 0), concurrency=env.dispatcher.concurrency)
+        model, calls=calls, input_tokens=bound.get("input_tokens", bound["tokens"]),
+        output_tokens=calls, concurrency=env.dispatcher.concurrency)
     if need is None or need <= left:
         return None
-    return (f"the plan needs {bound['calls']:,} sub-calls, about {need:,.0f} s at the pace "
+    return (f"the plan needs {calls:,} sub-calls, at least {need:,.0f} s at the pace "
             f"measured on this machine, but the time limit (max_seconds) leaves {max(0, left):,.0f}"
             " s: it was not started. Raise max_seconds (or set none) for this input")
 
