@@ -494,6 +494,20 @@ def test_group_by_a_field_no_record_has_says_so():
     ("How many reviews are negative?", "label_count"),
     ("Which shop received the fewest complaints?", "label_count"),
     ("There is more than one code for the shed. List them.", "retrieve_read"),
+    # a quantity the text states is a lookup, however it is asked (issue 34: "how many days" in
+    # a licence was read as a count of every line)
+    ("Within how many days must you cure the violation?", "retrieve_read"),
+    ("How many years must the written offer stay valid?", "retrieve_read"),
+    ("How many words may a cover text have at most?", "retrieve_read"),
+    ("For at least how long must the copy stay online?", "retrieve_read"),
+    ("How much time does the holder have to notify you?", "retrieve_read"),
+    ("What number of days is the notice period?", "retrieve_read"),
+    # ... and records counted stay counts, units included
+    ("How many days had at least one outage?", "label_count"),
+    ("How many of the notes say the pump leaked?", "label_count"),
+    ("How many reviews from the last 30 days are negative?", "label_count"),
+    ("Which year had the most complaints?", "label_count"),
+    ("How many weeks with a late delivery are in the log?", "label_count"),
 ])
 def test_a_labelling_plan_is_kept_only_for_a_query_that_asks_for_an_aggregate(query, kind):
     plan = pl.parse(json.dumps({"plan": "label_count", "label": "code", "opposite": "other"}))
@@ -548,6 +562,26 @@ def test_a_guess_that_search_finds_nothing_for_is_replaced_by_the_question(monke
                      "keywords": []}, "FINAL(plan_answers[0])")
     res, _ = run(root, sub=sub, context=text, query="What is the vault code?")
     assert asked[-2:] == ["1", "What is the vault code?"] and res.answer == "4417"
+
+
+@pytest.mark.skipif(not __import__("recursa.core.search_host").core.search_host.available(),
+                    reason="the search extra is not installed")
+def test_each_reader_reads_a_short_piece_and_a_no_in_its_own_words_is_not_an_answer():
+    text = "filler line about nothing in particular\n" * 400 + "The vault code is 4417.\n" + \
+        "more filler of no interest at all\n" * 400
+    read: list[str] = []
+
+    def sub(messages):
+        t = messages[-1]["content"]
+        if t.startswith("Write one short sentence"):
+            return "The vault code is 1234."
+        read.append(leaf_item(t))
+        return "4417" if "vault" in leaf_item(t) else "The text does not specify the code."
+    root = scripted({"plan": "retrieve_read", "question": "What is the vault code?",
+                     "keywords": []}, "FINAL(str(plan_answers))")
+    res, _ = run(root, sub=sub, context=text, query="What is the vault code?")
+    assert read and max(len(p) for p in read) < 1800        # ~320 tokens a read, not a window
+    assert res.answer == "['4417']"                          # the readers' "does not specify" dropped
 
 
 def test_a_header_before_records_that_share_their_fields_is_not_a_record():

@@ -212,6 +212,9 @@ def baseline_answer(name: str, inst: Instance, text: str, seed: int | None = Non
         return regex_answer(inst, text)
     if name == "constant":
         return constant_answer(inst, seed)
+    if name == "embed" and inst.meta.get("question_type") == "lookup":
+        from .lookup_baselines import nearest_sentence
+        return nearest_sentence(inst.query, text)
     if name in ("lexicon", "embed", "classifier"):
         from .record_baselines import record_answer
         return record_answer(name, inst, text)

@@ -44,6 +44,7 @@ KIND_DESCRIPTIONS: dict[str, tuple[str, ...]] = {
     "noun.food": ("a food or a drink",), "noun.person": ("a person",),
     OTHER: ("an object or a tool", "a place", "an abstract idea")}
 REAL_NAMES = frozenset(t.name for t in REAL_TASKS)
+LOOKUP_NAMES = frozenset({"real_doc_lookup"})
 
 
 # judge_agg's synthetic reviews (tasks/_reviews.py): the two baselines that need no labels label
@@ -54,9 +55,12 @@ JUDGED = frozenset({"judge_agg"})
 
 def applies(baseline: str, task: str) -> bool:
     """Whether a record-labelling baseline can run on ``task``: the real-label families, and
-    (lexicon, embed) judge_agg."""
+    (lexicon, embed) judge_agg; on lookups over a document, embed as retrieval by meaning
+    (recursa.bench.lookup_baselines)."""
     if baseline not in LABEL_BASELINES:
         return True
+    if task in LOOKUP_NAMES:
+        return baseline == "embed"
     return task in REAL_NAMES or (task in JUDGED and baseline not in NEEDS_LABELS)
 
 

@@ -294,10 +294,29 @@ _AGGREGATE = re.compile(
     re.I)
 
 
+# A quantity the text states is a lookup, not a count of records: "within how many days",
+# "how many words may a cover text have at most", "for at least how long". These phrases are
+# taken out before the aggregate test (a 1.5B root read "how many days" in a licence as a count
+# of every line, issue 34).
+# Units counted as records when a verb of their own follows ("how many days had an outage").
+_MEASURE = re.compile(
+    r"\b(?:how many|how much|number of)\s+(?:\w+\s+)?(?:seconds|minutes|hours|days|weeks|"
+    r"months|years|decades|words|characters|pages|percent|dollars|euros|pounds|miles|kilometres|"
+    r"kilometers|metres|meters|bytes|kilobytes|megabytes|time)\b"
+    r"(?!\s+(?:had|have|were|saw|showed|passed|went|ended|began|with|in which|when|that|where)\b)"
+    r"|\bat (?:most|least)\b", re.I)
+
+
+def asks_aggregate(query: str) -> bool:
+    """Whether the query asks for an aggregate over records (a count, most / least, a comparison
+    or pairs) rather than a quantity or fact the text states."""
+    return _AGGREGATE.search(_MEASURE.sub(" ", query)) is not None
+
+
 def fits(plan: Any, query: str) -> Any:
     """`plan`, or in place of a labelling plan for a query that asks for no aggregate (no count,
     most / least, comparison or pairs), a retrieval of the query itself."""
-    if isinstance(plan, LabelCount | Pairs) and not _AGGREGATE.search(query):
+    if isinstance(plan, LabelCount | Pairs) and not asks_aggregate(query):
         return RetrieveRead(plan="retrieve_read", question=query[:300], keywords=[])
     return plan
 
@@ -311,7 +330,7 @@ def read_plan(text: str, query: str) -> Any:
         return fits(parse(text), query)
     except ValueError:
         m = re.search(r'"plan"\s*:\s*"(label_count|pairs)"', text)
-        if m and not _AGGREGATE.search(query):
+        if m and not asks_aggregate(query):
             return RetrieveRead(plan="retrieve_read", question=query[:300], keywords=[])
         raise
 
@@ -392,6 +411,10 @@ def _plan_unsaid(words, labels, records):
 _PLAN_GUESS = ("Write one short sentence, in plain everyday words, that a document answering "
                "this question might contain (invent the details): ")
 _PLAN_K, _PLAN_BEFORE, _PLAN_AFTER = 6, 300, 1500
+# what one reader reads: about 300 tokens. Given a whole widened window (~900 tokens of a
+# licence) the 1.5B replied "none" for the sentence that held the answer, and given the hit's
+# own passage it was right on 7 of 8 dev lookups (issue 34, dev probe 2026-12-06)
+_PLAN_PIECE = 320
 
 def _plan_can_search():
     try:
@@ -425,7 +448,7 @@ def _plan_searched(question, keywords):
             else:
                 out.append([key, a, b])
     windows = [(context if key is None else _plan_text(context[key]))[a:b] for key, a, b in out]
-    return [p for w in windows for p in chunk(w)]      # each piece fits one sub-call
+    return [p for w in windows for p in chunk(w, _PLAN_PIECE)]     # each a short read
 
 def _plan_chunks(keywords):
     pieces = chunk(_plan_text(context))
@@ -460,6 +483,11 @@ def _plan_by_group(name, labels):
     if missing:
         print(f"({missing} records have no field {name!r})")
 
+# a reader's "no answer here" in its own words ("The text does not specify a limit ...")
+_PLAN_NONE = re.compile(r"(?i)none$|(the )?text (does not|doesn't|did not) (say|state|specify|"
+                        r"mention|provide|give|include|contain)|not (specified|stated|mentioned)"
+                        r"( in the text)?$")
+
 # every part: asked "who ... and what ...", the 1.5B answered with a name alone
 _PLAN_READ = (" Answer every part of the question from the text in one short sentence, "
               "or reply 'none' if the text does not say.")
@@ -471,15 +499,16 @@ def _plan_retrieve(question, keywords, dry):
     if dry:
         if searched:
             window = "x" * (_PLAN_BEFORE + _PLAN_AFTER + 1200)      # a widened passage, at most
+            pieces = chunk(window, _PLAN_PIECE) * _PLAN_K
             return _plan_add(llm_map(_PLAN_GUESS, [question], dry_run=True, max_tokens=60),
-                             llm_map(question + _PLAN_READ, [window] * _PLAN_K, dry_run=True))
+                             llm_map(question + _PLAN_READ, pieces, dry_run=True))
         cand = _plan_chunks(keywords)
         return _plan_add(llm_filter(question, cand, dry_run=True),
                          llm_map(question + _PLAN_READ, cand, dry_run=True))
     cand = _plan_searched(question, keywords) if searched else _plan_chunks(keywords)
     hits = cand if searched else llm_filter(question, cand)
     answers = llm_map(question + _PLAN_READ, hits) if hits else []
-    found = [a for a in answers if a and a.strip(" .'\\"").lower() != "none"]
+    found = [a for a in answers if a and not _PLAN_NONE.match(a.strip(" .'\\""))]
     plan_read.extend((h, a) for h, a in zip(hits, answers) if a in found)
     how = "found by search()" if searched else "checked"
     print(f"{len(cand)} pieces {how}, {len(hits)} read; answers: {found}")
