@@ -484,9 +484,10 @@ def _plan_by_group(name, labels):
         print(f"({missing} records have no field {name!r})")
 
 # a reader's "no answer here" in its own words ("The text does not specify a limit ...")
-_PLAN_NONE = re.compile(r"(?i)none$|(the )?text (does not|doesn't|did not) (say|state|specify|"
+# ("The license steward of this licence is none.")
+_PLAN_NONE = re.compile(r"(?i)(^|\\W)none$|text (does not|doesn't|did not) (say|state|specify|"
                         r"mention|provide|give|include|contain)|not (specified|stated|mentioned)"
-                        r"( in the text)?$")
+                        r"( in the text)?$|\\bno (information|mention)\\b")
 
 # every part: asked "who ... and what ...", the 1.5B answered with a name alone
 _PLAN_READ = (" Answer every part of the question from the text in one short sentence, "
@@ -508,7 +509,7 @@ def _plan_retrieve(question, keywords, dry):
     cand = _plan_searched(question, keywords) if searched else _plan_chunks(keywords)
     hits = cand if searched else llm_filter(question, cand)
     answers = llm_map(question + _PLAN_READ, hits) if hits else []
-    found = [a for a in answers if a and not _PLAN_NONE.match(a.strip(" .'\\""))]
+    found = [a for a in answers if a and not _PLAN_NONE.search(a.strip(" .'\\""))]
     plan_read.extend((h, a) for h, a in zip(hits, answers) if a in found)
     how = "found by search()" if searched else "checked"
     print(f"{len(cand)} pieces {how}, {len(hits)} read; answers: {found}")
