@@ -22,6 +22,7 @@ def test_registry_names() -> None:
         "sniah", "oolong", "oolong_pairs", "codeqa", "browsecomp", "verbatim_copy", "math_python",
         "para_niah", "para_niah_mv", "two_hop", "judge_agg", "judge_pairs", "meta",
         "real_sentiment_count", "real_sentiment_most", "real_wordnet_count", "real_wordnet_most",
+        "real_doc_lookup",
     }
     with pytest.raises(KeyError, match="known"):
         get_task("nope")

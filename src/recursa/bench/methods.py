@@ -347,7 +347,9 @@ async def run_rlm(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> 
                   trace_path=trace_path, model_options=dict(cfg.model_options),
                   sub_model_options=dict(cfg.model_options), tips=cfg.tips,
                   system_prompt=system, strategy=cfg.strategy,
-                  example=cfg.worked_example, **limits)
+                  example=cfg.worked_example,
+                  # a lookup in a document is answered with the passage it rests on, checked
+                  sources=inst.meta.get("question_type") == "lookup", **limits)
         return await rlm.acompletion(inst.query, inst.context)
     finally:
         await _close(root, sub)

@@ -197,6 +197,7 @@ async def arun_instance(spec: dict[str, Any]) -> dict[str, Any]:
         "sub_input_tokens": sub_in, "sub_output_tokens": sub_out,
         "tokens": root_in + root_out + sub_in + sub_out,
         "turns": res.turns, "subcalls": res.subcalls, "cache_hits": res.cache_hits,
+        "sources": len(res.sources), "sources_verified": res.sources_verified,
         "wall_s": round(time.monotonic() - t0, 3),
         "trace_path": trace_path, "started_at": started, "finished_at": time.time(),
         "host": platform.node(), "code_version": code_version(),
