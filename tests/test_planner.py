@@ -37,6 +37,12 @@ def is_count_call(messages) -> bool:
             and not is_pair_call(messages))
 
 
+# retrievals with search() (the search extra); without it the plan reads every chunk instead
+needs_search = pytest.mark.skipif(
+    not __import__("recursa.core.search_host").core.search_host.available(),
+    reason="the search extra is not installed")
+
+
 def scripted(plan: dict | str, *code_turns: str, answer: str = "none",
              count: str = '{"op": "other"}', pair: str = "not a rule"):
     """A root that answers the planning call with `plan`, the count choice after a labelling
@@ -222,8 +228,6 @@ def test_retrieve_read_without_search_filters_chunks_then_reads_the_relevant_one
     assert "1 read; answers: ['4417']" in first_code_message(root)
 
 
-@pytest.mark.skipif(not __import__("recursa.core.search_host").core.search_host.available(),
-                    reason="the search extra is not installed")
 def test_retrieve_read_with_search_reads_only_the_searched_passages():
     root, filters, reads = _vault_run()
     assert not filters and 1 <= len(reads) <= 16     # k=8 windows, merged, cut to fit a leaf
@@ -517,6 +521,7 @@ def test_a_labelling_plan_is_kept_only_for_a_query_that_asks_for_an_aggregate(qu
         assert fitted.question == query
 
 
+@needs_search
 def test_a_misread_labelling_plan_runs_as_a_retrieval_of_the_query():
     root = scripted({"plan": "label_count", "label": "code", "opposite": "none"},
                     "FINAL(plan_answers[0])")
@@ -526,6 +531,7 @@ def test_a_misread_labelling_plan_runs_as_a_retrieval_of_the_query():
     assert res.answer == "4827193"
 
 
+@needs_search
 def test_an_invalid_labelling_plan_for_a_plain_question_runs_as_a_retrieval_too():
     # one label for both sides is not a valid plan; for a query that asks for no aggregate it is
     # the same misreading, and the retrieval runs instead of a fall-back to code
@@ -541,8 +547,7 @@ def test_an_invalid_labelling_plan_for_a_plain_question_runs_as_a_retrieval_too(
     assert "not a valid plan" in first_code_message(root)
 
 
-@pytest.mark.skipif(not __import__("recursa.core.search_host").core.search_host.available(),
-                    reason="the search extra is not installed")
+@needs_search
 def test_a_guess_that_search_finds_nothing_for_is_replaced_by_the_question(monkeypatch):
     from recursa.core import search_host
     real, asked = search_host.search, []
@@ -564,8 +569,7 @@ def test_a_guess_that_search_finds_nothing_for_is_replaced_by_the_question(monke
     assert asked[-2:] == ["1", "What is the vault code?"] and res.answer == "4417"
 
 
-@pytest.mark.skipif(not __import__("recursa.core.search_host").core.search_host.available(),
-                    reason="the search extra is not installed")
+@needs_search
 def test_each_reader_reads_a_short_piece_and_a_no_in_its_own_words_is_not_an_answer():
     text = "filler line about nothing in particular\n" * 400 + "The vault code is 4417.\n" + \
         "more filler of no interest at all\n" * 400
