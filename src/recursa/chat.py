@@ -111,7 +111,7 @@ def _history() -> Any:
 
 def _repl(session: Any, out: Console, err: Console, limits: dict[str, Any]) -> int:
     from recursa.base.types import RecursaError
-    from recursa.obs.console import ConsoleView
+    from recursa.obs.console import ConsoleView, money
 
     prompt = "\n? " if sys.stdin.isatty() else ""
     while True:
@@ -144,12 +144,11 @@ def _repl(session: Any, out: Console, err: Console, limits: dict[str, Any]) -> i
         finally:
             view.close()
         out.print(escape(inert(res.answer)) if res.answer else "[dim](no answer)[/]")
-        cost = "unknown" if res.cost_usd is None else f"${res.cost_usd:.4f}"
         tokens = sum(u.usage.total_tokens for u in res.usage.values())
         note = f"  stopped at {res.limit}" if res.limit else \
             f"  error: {res.error}" if res.status == "error" else ""
         err.print(f"[dim]{res.status}  turns {res.turns}  sub-calls {res.subcalls}  tokens "
-                  f"{tokens:,}  cost {cost}  {res.elapsed_s:.1f}s{escape(note)}[/]")
+                  f"{tokens:,}  {money(res.cost_usd)}  {res.elapsed_s:.1f}s{escape(note)}[/]")
     err.print(f"[dim]{escape(session.summary())}[/]")
     return 0
 

@@ -205,13 +205,16 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
     if sources.warning(res.sources):
         notes.warn(f"warning: {sources.warning(res.sources)}")
     if not a.quiet and a.events != "jsonl":
-        cost = "unknown" if res.cost_usd is None else f"${res.cost_usd:.4f}"
+        from recursa.obs.console import money  # as the live view said it
         tokens = sum(u.usage.total_tokens for u in res.usage.values())
         stderr_console().print(f"[dim]status {res.status}  turns {res.turns}  sub-calls {res.subcalls}  "
-                  f"tokens {tokens:,}  cost {cost}  {res.elapsed_s:.1f}s"
+                  f"tokens {tokens:,}  {money(res.cost_usd)}  {res.elapsed_s:.1f}s"
                   + (f"  trace {escape(res.trace_path)}" if res.trace_path else "") + "[/]")
         if res.status == "limit":
             stderr_console().print(f"[yellow]{escape(limit_line(res))}[/]")
+        if res.cost_usd is None:
+            stderr_console().print("[dim]cost ?: a model has no known price; give one with "
+                                   "--price IN/OUT (USD per 1M tokens)[/]")
     if res.status == "error":
         notes.error(f"run failed: {res.error}")
     if output is not None and res.parsed is None:
