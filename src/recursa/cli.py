@@ -106,20 +106,6 @@ def _json_log_formatter() -> logging.Formatter:
     return JsonLogFormatter()
 
 
-def read_context(arg: str | None) -> Any:
-    from pathlib import Path
-
-    from recursa.options import OptionError
-    if arg is None:
-        return None
-    if arg == "-":
-        return sys.stdin.buffer.read()
-    path = Path(arg)
-    if not path.exists():    # before any model is fetched or called
-        raise OptionError(f"--context {arg}: that file or directory does not exist")
-    return path
-
-
 def read_schema(arg: str | None) -> Any:
     """`--schema FILE`: a JSON schema the answer must match (checked before any model call)."""
     from pathlib import Path
@@ -140,6 +126,10 @@ def read_schema(arg: str | None) -> Any:
         return OutputSpec.of(schema)
     except ValueError as e:
         raise OptionError(f"--schema {arg}: {e}") from None
+
+
+NO_CONTEXT = ("no context to answer over: give --context FILE or DIR (repeat it for several), "
+              "or pipe the text in and pass --context -")
 
 
 def cmd_run(a: argparse.Namespace) -> int:
@@ -163,7 +153,10 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
             raise OptionError(f"--trace {trace}: the file exists; pass --append to add this "
                               "run to it (view picks a run with --run), or choose a new file")
         opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
-        context = read_context(a.context)
+        from recursa.cli_context import read_contexts
+        context = read_contexts(a.context, say=notes.info)
+        if context is None:
+            raise OptionError(NO_CONTEXT)
         output = read_schema(a.schema)
         from recursa.core.preflight import check_options
         check_options(opts, say=notes.info)
@@ -383,7 +376,10 @@ def register(sub: Any) -> None:
                        "Exit status: 0 final, 1 error, 2 bad options or failed preflight, "
                        "3 extracted, 4 limit, 130 interrupted.")
     r.add_argument("query")
-    r.add_argument("--context", "-c", help="file, directory, or - for stdin")
+    r.add_argument("--context", "-c", action="append", metavar="PATH",
+                   help="a file, a directory, - for stdin, or a pipe such as <(cmd); repeat "
+                   "it for several, which load as one context: a dict {name: contents}, each "
+                   "file under its name")
     r.add_argument("--trace", help="write the trace to this JSONL file (refuses an existing "
                    "one unless --append)")
     r.add_argument("--append", action="store_true",

@@ -50,8 +50,10 @@ def register(sub: Any) -> None:
                      "default: the row number)")
     src.add_argument("--queries", metavar="FILE",
                      help="many questions (one per line) over the one --context")
-    src.add_argument("--context", metavar="PATH", help="with --queries: the corpus every "
-                     "question is asked of (a file or a directory)")
+    src.add_argument("--context", metavar="PATH", action="append", help="with --queries: "
+                     "the corpus every question is asked of (a file, a directory, - or a pipe "
+                     "such as <(cmd)); repeat it for several, which load as one context "
+                     "{name: contents}")
     out = b.add_argument_group("output")
     out.add_argument("--out", required=True, help="rows file (.jsonl), or a .csv / .parquet "
                      "table (one column per --schema field; rows in OUT.rows.jsonl)")
@@ -100,9 +102,8 @@ def _items(a: argparse.Namespace) -> list[Any]:
             qs = [q.strip() for q in Path(a.queries).read_text(encoding="utf-8").splitlines()]
         except OSError as e:
             raise OptionError(f"--queries {a.queries}: cannot read it ({e.strerror})") from None
-        corpus = Path(a.context)
-        if not corpus.exists():
-            raise OptionError(f"--context {a.context}: that file or directory does not exist")
+        from recursa.cli_context import read_contexts
+        corpus = read_contexts(a.context)
         return make_items([(q, corpus) for q in dict.fromkeys(q for q in qs if q)])
     if a.context:
         raise OptionError("--context goes with --queries; for one question over many "
