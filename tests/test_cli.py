@@ -388,6 +388,49 @@ def test_inert_keeps_newlines_and_tabs_and_shows_every_other_control():
     assert inert("a\tb\nc\x1b[31m\x9b\x7f") == "a\tb\nc\\x1b[31m\\x9b\\x7f"
 
 
+# ---------------------------------------------------------------- --cache and the question
+def _query_of(trace: Path) -> str:
+    events = [json.loads(x) for x in trace.read_text().splitlines()]
+    return next(e["data"]["query"] for e in events
+                if e["kind"] == "run" and e.get("phase") == "start")
+
+
+def test_cache_before_the_question_leaves_the_question_a_question(tmp_path: Path):
+    """`--cache` takes an optional PATH: before the question it used to take the question as
+    its file. Both orders now ask the question, with the cache on."""
+    ctx = tmp_path / "c.txt"
+    ctx.write_text("data")
+    model = script(tmp_path, FINAL_SCRIPT)
+    default = tmp_path / "default.sqlite"
+    base = ["--context", str(ctx), "--model", model, "--sandbox", "inprocess", "-q",
+            "--temperature", "0"]
+    env = {"RECURSA_RESPONSE_CACHE": str(default)}
+    for i, order in enumerate((["--cache", "What is X?"], ["What is X?", "--cache"])):
+        trace = tmp_path / f"t{i}.jsonl"
+        p = run(["run", *order, *base, "--trace", str(trace)], env=env)
+        assert p.returncode == 0, p.stderr.decode()
+        assert p.stdout.decode() == "forty-two\n" and _query_of(trace) == "What is X?"
+        assert default.exists() and not (tmp_path / "What is X?").exists()
+    # a file: --cache=PATH, in either place
+    for order in (["--cache=" + str(tmp_path / "mine.sqlite"), "What is X?"],
+                  ["What is X?", "--cache", str(tmp_path / "mine.sqlite")]):
+        p = run(["run", *order, *base], env=env)
+        assert p.returncode == 0, p.stderr.decode()
+        assert (tmp_path / "mine.sqlite").exists()
+    # a word that could be a file or a question: an error naming both readings, nothing run
+    p = run(["run", "--cache", "summary", *base], env=env)
+    err = " ".join(p.stderr.decode().split())
+    assert p.returncode == 2 and p.stdout == b""
+    assert "--cache took 'summary' as its cache file" in err and "--cache=PATH" in err
+    assert not (tmp_path / "summary").exists()
+    # batch asks QUERY of every context the same way
+    out = tmp_path / "rows.jsonl"
+    p = run(["batch", "--cache", "What is X?", "--contexts", str(ctx), "--out", str(out),
+             "--model", model, "--sandbox", "inprocess", "-q"], env=env)
+    assert p.returncode == 0, p.stderr.decode()
+    assert json.loads(out.read_text())["query"] == "What is X?"
+
+
 # ---------------------------------------------------------------- cost, live and at the end
 def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """`recursa` with stderr on a pseudo-terminal (the live view draws there): status,

@@ -144,7 +144,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
     from pathlib import Path
 
     from recursa.base.types import RecursaError
-    from recursa.options import OptionError, RLMOptions, plain_error
+    from recursa.options import OptionError, RLMOptions, plain_error, query_and_cache
 
     view: Any = None
     try:
@@ -152,6 +152,9 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         if trace is not None and trace.exists() and trace.stat().st_size and not a.append:
             raise OptionError(f"--trace {trace}: the file exists; pass --append to add this "
                               "run to it (view picks a run with --run), or choose a new file")
+        query, a.cache = query_and_cache(a.query, a.cache)
+        if query is None:
+            raise OptionError("no QUERY given: recursa run QUESTION --context FILE")
         opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
         from recursa.cli_context import read_contexts
         context = read_contexts(a.context, say=notes.info)
@@ -175,7 +178,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         return EXIT_USAGE
     import asyncio
     try:
-        res = asyncio.run(until_signal(rlm.acompletion(a.query, context, output=output)))
+        res = asyncio.run(until_signal(rlm.acompletion(query, context, output=output)))
     except KeyboardInterrupt:
         return _interrupted(view, last, rlm, notes, EXIT_INTERRUPTED)
     except Stopped as e:
@@ -375,7 +378,7 @@ def register(sub: Any) -> None:
                        "(--json: the Result as JSON); stderr the live view and the summary. "
                        "Exit status: 0 final, 1 error, 2 bad options or failed preflight, "
                        "3 extracted, 4 limit, 130 interrupted.")
-    r.add_argument("query")
+    r.add_argument("query", nargs="?", metavar="QUERY", help="the question")
     r.add_argument("--context", "-c", action="append", metavar="PATH",
                    help="a file, a directory, - for stdin, or a pipe such as <(cmd); repeat "
                    "it for several, which load as one context: a dict {name: contents}, each "

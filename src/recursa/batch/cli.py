@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from recursa.core.batch.table import TABLE_FORMATS
-from recursa.options import OptionError, RLMOptions, _number, plain_error
+from recursa.options import OptionError, RLMOptions, _number, plain_error, query_and_cache
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
 
@@ -138,6 +138,8 @@ def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
     from recursa.core.preflight import check_options
 
     rows_path, table_path = out_paths(a.out)
+    if not a.queries and not a.query_column:      # QUERY is needed: --cache may have taken it
+        a.query, a.cache = query_and_cache(a.query, a.cache)
     opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
     output = read_schema(a.schema)
     items = _items(a)
