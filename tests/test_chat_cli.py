@@ -86,4 +86,4 @@ def test_chat_refuses_a_missing_context(tmp_path: Path):
                               "openai:x", "--base-url", "http://127.0.0.1:9/v1"],
                        input=b"", capture_output=True, timeout=60)
     assert p.returncode == 2
-    assert "no such file or directory" in " ".join(p.stderr.decode().split())
+    assert "that file or directory does not exist" in " ".join(p.stderr.decode().split())

@@ -386,3 +386,103 @@ def test_an_answer_with_escape_sequences_prints_inert_on_a_terminal(tmp_path: Pa
 def test_inert_keeps_newlines_and_tabs_and_shows_every_other_control():
     from recursa.obs.terminal import inert
     assert inert("a\tb\nc\x1b[31m\x9b\x7f") == "a\tb\nc\\x1b[31m\\x9b\\x7f"
+
+
+# ---------------------------------------------------------------- --cache and the question
+def _query_of(trace: Path) -> str:
+    events = [json.loads(x) for x in trace.read_text().splitlines()]
+    return next(e["data"]["query"] for e in events
+                if e["kind"] == "run" and e.get("phase") == "start")
+
+
+def test_cache_before_the_question_leaves_the_question_a_question(tmp_path: Path):
+    """`--cache` takes an optional PATH: before the question it used to take the question as
+    its file. Both orders now ask the question, with the cache on."""
+    ctx = tmp_path / "c.txt"
+    ctx.write_text("data")
+    model = script(tmp_path, FINAL_SCRIPT)
+    default = tmp_path / "default.sqlite"
+    base = ["--context", str(ctx), "--model", model, "--sandbox", "inprocess", "-q",
+            "--temperature", "0"]
+    env = {"RECURSA_RESPONSE_CACHE": str(default)}
+    for i, order in enumerate((["--cache", "What is X?"], ["What is X?", "--cache"])):
+        trace = tmp_path / f"t{i}.jsonl"
+        p = run(["run", *order, *base, "--trace", str(trace)], env=env)
+        assert p.returncode == 0, p.stderr.decode()
+        assert p.stdout.decode() == "forty-two\n" and _query_of(trace) == "What is X?"
+        assert default.exists() and not (tmp_path / "What is X?").exists()
+    # a file: --cache=PATH, in either place
+    for order in (["--cache=" + str(tmp_path / "mine.sqlite"), "What is X?"],
+                  ["What is X?", "--cache", str(tmp_path / "mine.sqlite")]):
+        p = run(["run", *order, *base], env=env)
+        assert p.returncode == 0, p.stderr.decode()
+        assert (tmp_path / "mine.sqlite").exists()
+    # a word that could be a file or a question: an error naming both readings, nothing run
+    p = run(["run", "--cache", "summary", *base], env=env)
+    err = " ".join(p.stderr.decode().split())
+    assert p.returncode == 2 and p.stdout == b""
+    assert "--cache took 'summary' as its cache file" in err and "--cache=PATH" in err
+    assert not (tmp_path / "summary").exists()
+    # batch asks QUERY of every context the same way
+    out = tmp_path / "rows.jsonl"
+    p = run(["batch", "--cache", "What is X?", "--contexts", str(ctx), "--out", str(out),
+             "--model", model, "--sandbox", "inprocess", "-q"], env=env)
+    assert p.returncode == 0, p.stderr.decode()
+    assert json.loads(out.read_text())["query"] == "What is X?"
+
+
+# ---------------------------------------------------------------- cost, live and at the end
+def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """`recursa` with stderr on a pseudo-terminal (the live view draws there): status,
+    stdout, everything written to the terminal."""
+    import pty
+    import threading
+    main_fd, sub_fd = pty.openpty()
+    p = subprocess.Popen(BIN + args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=sub_fd, env={**os.environ, "COLUMNS": "200", **env})
+    os.close(sub_fd)
+    chunks: list[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:        # the other end closed
+                return
+            if not chunk:
+                return
+            chunks.append(chunk)
+    reader = threading.Thread(target=read)
+    reader.start()
+    out, _ = p.communicate(b"some data", timeout=60)
+    reader.join(10)
+    os.close(main_fd)
+    return p.returncode, out.decode(), b"".join(chunks).decode()
+
+
+def test_an_unpriced_model_shows_cost_unknown_live_and_at_the_end(tmp_path: Path):
+    """The live line and the end line agree: `cost ?` for a model without a price (it used to
+    show $0.0000 while running), dollars in both for a priced one."""
+    import re
+    import time
+
+    from openai_testserver import OpenAITestServer
+
+    def slow_final(request: dict) -> str:
+        time.sleep(0.6)          # the live view draws while the first call is out
+        return "```repl\nFINAL('done')\n```"
+    with OpenAITestServer(slow_final) as srv:
+        base = ["run", "q", "--context", "-", "--model", "openai:unpriced", "--base-url",
+                srv.base_url, "--sandbox", "inprocess"]
+        for price, want in (([], "cost ?"), (["--price", "1/2"], "cost $")):
+            code, out, term = _on_a_terminal(base + price, {"OPENAI_API_KEY": "test-key"})
+            assert code == 0 and out == "done\n", term
+            live = [x for x in re.split(r"[\r\n]", term) if "running" in x]
+            end = next(x for x in term.splitlines() if "status final" in x)
+            assert live and all("cost …" in x or want in x for x in live), live
+            assert sum(want in x for x in live) >= 2, live   # while the call was out, and after
+            assert want in end, end
+            if not price:
+                assert "$0.0000" not in term and "--price IN/OUT" in term
+            else:
+                assert re.search(r"cost \$0\.\d{4}", end) and "cost ?" not in term

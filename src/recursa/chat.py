@@ -30,7 +30,9 @@ def register(sub: Any) -> None:
     from recursa.cli import add_model_options
     p = sub.add_parser("chat", help="ask several questions about one context, in one session",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--context", "-c", required=True, help="file or directory to talk about")
+    p.add_argument("--context", "-c", required=True, action="append", metavar="PATH",
+                   help="file, directory or pipe such as <(cmd) to talk about; repeat it for "
+                   "several, which load as one context {name: contents}")
     add_model_options(p)
     p.add_argument("--budget-per", choices=["question", "session"], default="question",
                    help="whether --max-cost, --max-tokens, --max-subcalls and --max-seconds cap "
@@ -56,9 +58,10 @@ def cmd_chat(a: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
     try:
-        context = Path(a.context)
-        if not context.exists():    # before any model is fetched or checked
-            raise ValueError(f"--context {a.context}: no such file or directory")
+        from recursa.cli_context import read_contexts
+        # before any model is fetched or checked; stdin is where the questions come from
+        context = read_contexts(a.context, stdin=False,
+                                say=lambda m: err.print(f"[dim]{escape(m)}[/]"))
         opts = RLMOptions.from_args(a).with_default_model(
             say=lambda m: err.print(f"[yellow]{escape(m)}[/]"))
         from recursa.core.preflight import check_options
@@ -74,13 +77,14 @@ def cmd_chat(a: argparse.Namespace) -> int:
         session = rlm.session(context, idle_timeout=a.idle_timeout, **session_limits)
         session.trace_path = Path(a.trace) if a.trace else \
             default_trace_dir() / f"session-{session.id}.jsonl"
-        err.print(f"[dim]loading {escape(str(context))} ...[/]")
+        about = ", ".join(a.context)
+        err.print(f"[dim]loading {escape(about)} ...[/]")
         session.start()
     except (RecursaError, ValueError, TypeError, OSError) as e:
         err.print(f"[red]error:[/] {escape(plain_error(e))}")
         return 2
     err.print(f"[bold]recursa chat[/] with {escape(str(opts.model))} about "
-              f"{escape(context.name)}: ask a question; /help lists the commands, Ctrl-D leaves.")
+              f"{escape(about)}: ask a question; /help lists the commands, Ctrl-D leaves.")
     with _history(), contextlib.closing(session):
         return _repl(session, out, err, limits)
 
@@ -111,7 +115,7 @@ def _history() -> Any:
 
 def _repl(session: Any, out: Console, err: Console, limits: dict[str, Any]) -> int:
     from recursa.base.types import RecursaError
-    from recursa.obs.console import ConsoleView
+    from recursa.obs.console import ConsoleView, money
 
     prompt = "\n? " if sys.stdin.isatty() else ""
     while True:
@@ -144,12 +148,11 @@ def _repl(session: Any, out: Console, err: Console, limits: dict[str, Any]) -> i
         finally:
             view.close()
         out.print(escape(inert(res.answer)) if res.answer else "[dim](no answer)[/]")
-        cost = "unknown" if res.cost_usd is None else f"${res.cost_usd:.4f}"
         tokens = sum(u.usage.total_tokens for u in res.usage.values())
         note = f"  stopped at {res.limit}" if res.limit else \
             f"  error: {res.error}" if res.status == "error" else ""
         err.print(f"[dim]{res.status}  turns {res.turns}  sub-calls {res.subcalls}  tokens "
-                  f"{tokens:,}  cost {cost}  {res.elapsed_s:.1f}s{escape(note)}[/]")
+                  f"{tokens:,}  {money(res.cost_usd)}  {res.elapsed_s:.1f}s{escape(note)}[/]")
     err.print(f"[dim]{escape(session.summary())}[/]")
     return 0
 

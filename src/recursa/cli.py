@@ -106,20 +106,6 @@ def _json_log_formatter() -> logging.Formatter:
     return JsonLogFormatter()
 
 
-def read_context(arg: str | None) -> Any:
-    from pathlib import Path
-
-    from recursa.options import OptionError
-    if arg is None:
-        return None
-    if arg == "-":
-        return sys.stdin.buffer.read()
-    path = Path(arg)
-    if not path.exists():    # before any model is fetched or called
-        raise OptionError(f"--context {arg}: that file or directory does not exist")
-    return path
-
-
 def read_schema(arg: str | None) -> Any:
     """`--schema FILE`: a JSON schema the answer must match (checked before any model call)."""
     from pathlib import Path
@@ -142,6 +128,10 @@ def read_schema(arg: str | None) -> Any:
         raise OptionError(f"--schema {arg}: {e}") from None
 
 
+NO_CONTEXT = ("no context to answer over: give --context FILE or DIR (repeat it for several), "
+              "or pipe the text in and pass --context -")
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     notes = Notices(jsonl=a.events == "jsonl", quiet=a.quiet)
     try:
@@ -154,7 +144,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
     from pathlib import Path
 
     from recursa.base.types import RecursaError
-    from recursa.options import OptionError, RLMOptions, plain_error
+    from recursa.options import OptionError, RLMOptions, plain_error, query_and_cache
 
     view: Any = None
     try:
@@ -162,8 +152,14 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         if trace is not None and trace.exists() and trace.stat().st_size and not a.append:
             raise OptionError(f"--trace {trace}: the file exists; pass --append to add this "
                               "run to it (view picks a run with --run), or choose a new file")
+        query, a.cache = query_and_cache(a.query, a.cache)
+        if query is None:
+            raise OptionError("no QUERY given: recursa run QUESTION --context FILE")
         opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
-        context = read_context(a.context)
+        from recursa.cli_context import read_contexts
+        context = read_contexts(a.context, say=notes.info)
+        if context is None:
+            raise OptionError(NO_CONTEXT)
         output = read_schema(a.schema)
         from recursa.core.preflight import check_options
         check_options(opts, say=notes.info)
@@ -182,7 +178,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         return EXIT_USAGE
     import asyncio
     try:
-        res = asyncio.run(until_signal(rlm.acompletion(a.query, context, output=output)))
+        res = asyncio.run(until_signal(rlm.acompletion(query, context, output=output)))
     except KeyboardInterrupt:
         return _interrupted(view, last, rlm, notes, EXIT_INTERRUPTED)
     except Stopped as e:
@@ -205,13 +201,16 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
     if sources.warning(res.sources):
         notes.warn(f"warning: {sources.warning(res.sources)}")
     if not a.quiet and a.events != "jsonl":
-        cost = "unknown" if res.cost_usd is None else f"${res.cost_usd:.4f}"
+        from recursa.obs.console import money  # as the live view said it
         tokens = sum(u.usage.total_tokens for u in res.usage.values())
         stderr_console().print(f"[dim]status {res.status}  turns {res.turns}  sub-calls {res.subcalls}  "
-                  f"tokens {tokens:,}  cost {cost}  {res.elapsed_s:.1f}s"
+                  f"tokens {tokens:,}  {money(res.cost_usd)}  {res.elapsed_s:.1f}s"
                   + (f"  trace {escape(res.trace_path)}" if res.trace_path else "") + "[/]")
         if res.status == "limit":
             stderr_console().print(f"[yellow]{escape(limit_line(res))}[/]")
+        if res.cost_usd is None:
+            stderr_console().print("[dim]cost ?: a model has no known price; give one with "
+                                   "--price IN/OUT (USD per 1M tokens)[/]")
     if res.status == "error":
         notes.error(f"run failed: {res.error}")
     if output is not None and res.parsed is None:
@@ -379,8 +378,11 @@ def register(sub: Any) -> None:
                        "(--json: the Result as JSON); stderr the live view and the summary. "
                        "Exit status: 0 final, 1 error, 2 bad options or failed preflight, "
                        "3 extracted, 4 limit, 130 interrupted.")
-    r.add_argument("query")
-    r.add_argument("--context", "-c", help="file, directory, or - for stdin")
+    r.add_argument("query", nargs="?", metavar="QUERY", help="the question")
+    r.add_argument("--context", "-c", action="append", metavar="PATH",
+                   help="a file, a directory, - for stdin, or a pipe such as <(cmd); repeat "
+                   "it for several, which load as one context: a dict {name: contents}, each "
+                   "file under its name")
     r.add_argument("--trace", help="write the trace to this JSONL file (refuses an existing "
                    "one unless --append)")
     r.add_argument("--append", action="store_true",

@@ -145,8 +145,9 @@ OPTIONS: tuple[Opt, ...] = (
         "root models such as a local one, code for large ones), code (free-form code) or plan "
         "(it fills a typed plan the runtime runs with a known bound first)",
         {"choices": ("auto", "code", "plan"), "default": "auto", "metavar": "MODE"}),
-    Opt("cache", ("--cache",), "cache model replies (in PATH, or the default cache file); "
-        "off unless given", {"nargs": "?", "const": True, "metavar": "PATH"}),
+    Opt("cache", ("--cache",), "cache model replies, in the default cache file or (written "
+        "--cache=PATH) in PATH; off unless given",
+        {"nargs": "?", "const": True, "metavar": "PATH"}),
 )
 _BY_DEST = {o.dest: o for o in OPTIONS}
 
@@ -313,6 +314,23 @@ class RLMOptions:
 
 _MODEL_DESTS = {"model", "sub_model", "base_url", "sub_base_url", "api_key_env",
                 "sub_api_key_env", "prices"}
+
+
+def query_and_cache(query: str | None, cache: bool | str | None
+                    ) -> tuple[str | None, bool | str | None]:
+    """The question and `--cache` as meant. `--cache` takes an optional PATH, so in `recursa run
+    --cache "What is X?" --context f` it takes the question as its file. When the question is
+    missing and `--cache` holds one (words with a space, or ending in "?", and no file of that
+    name), it is the question and the cache is on in its default file; any other value there is
+    an error that names both readings. `--cache=PATH` after the question is never ambiguous."""
+    if query is not None or not isinstance(cache, str):
+        return query, cache
+    text = cache.strip()
+    if text and (len(text.split()) > 1 or text.endswith("?")) and not os.path.exists(cache):
+        return cache, True
+    raise OptionError(f"no QUERY given: --cache took {cache!r} as its cache file. Put the "
+                      "question first (recursa run QUESTION --cache=PATH ...); if "
+                      f"{cache!r} is the question, put --cache after it")
 
 
 def plain_error(e: BaseException) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from recursa.core.batch.table import TABLE_FORMATS
-from recursa.options import OptionError, RLMOptions, _number, plain_error
+from recursa.options import OptionError, RLMOptions, _number, plain_error, query_and_cache
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
 
@@ -50,8 +50,10 @@ def register(sub: Any) -> None:
                      "default: the row number)")
     src.add_argument("--queries", metavar="FILE",
                      help="many questions (one per line) over the one --context")
-    src.add_argument("--context", metavar="PATH", help="with --queries: the corpus every "
-                     "question is asked of (a file or a directory)")
+    src.add_argument("--context", metavar="PATH", action="append", help="with --queries: "
+                     "the corpus every question is asked of (a file, a directory, - or a pipe "
+                     "such as <(cmd)); repeat it for several, which load as one context "
+                     "{name: contents}")
     out = b.add_argument_group("output")
     out.add_argument("--out", required=True, help="rows file (.jsonl), or a .csv / .parquet "
                      "table (one column per --schema field; rows in OUT.rows.jsonl)")
@@ -100,9 +102,8 @@ def _items(a: argparse.Namespace) -> list[Any]:
             qs = [q.strip() for q in Path(a.queries).read_text(encoding="utf-8").splitlines()]
         except OSError as e:
             raise OptionError(f"--queries {a.queries}: cannot read it ({e.strerror})") from None
-        corpus = Path(a.context)
-        if not corpus.exists():
-            raise OptionError(f"--context {a.context}: that file or directory does not exist")
+        from recursa.cli_context import read_contexts
+        corpus = read_contexts(a.context)
         return make_items([(q, corpus) for q in dict.fromkeys(q for q in qs if q)])
     if a.context:
         raise OptionError("--context goes with --queries; for one question over many "
@@ -137,6 +138,8 @@ def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
     from recursa.core.preflight import check_options
 
     rows_path, table_path = out_paths(a.out)
+    if not a.queries and not a.query_column:      # QUERY is needed: --cache may have taken it
+        a.query, a.cache = query_and_cache(a.query, a.cache)
     opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
     output = read_schema(a.schema)
     items = _items(a)

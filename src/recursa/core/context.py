@@ -60,9 +60,9 @@ def _load_file(path: Path, stream_to: Path | None = None) -> Any:
         raise ContextError(f"cannot read context file {path}: {e.strerror or e}") from e
 
 
-def _load_inner_paths(value: Any) -> Any:
+def load_inner_paths(value: Any) -> Any:
     """Paths inside a list/dict context: image files stay for images.normalize, any other
-    file is read as load_path reads it."""
+    file (or directory) is read as load_path reads it."""
     if isinstance(value, os.PathLike):
         p = Path(value)
         if not p.exists():
@@ -73,9 +73,9 @@ def _load_inner_paths(value: Any) -> Any:
             return load_path(p)[0]
         return value
     if isinstance(value, dict):
-        return {k: _load_inner_paths(v) for k, v in value.items()}
+        return {k: load_inner_paths(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_load_inner_paths(v) for v in value]
+        return [load_inner_paths(v) for v in value]
     return value
 
 
@@ -190,7 +190,7 @@ def prepare(context: Any, workdir: Path) -> Prepared:
         source = (f"directory {path.name}/" if path.is_dir() else
                   f"archive {path.name}" if isinstance(context, dict) else f"file {path.name}")
     elif isinstance(context, list | tuple | dict):
-        context = _load_inner_paths(context)
+        context = load_inner_paths(context)
     if context is None:
         raise ContextError("no context given: pass context=<str | list | dict | Path>")
     context, found = images.normalize(context)   # images anywhere -> images.Image

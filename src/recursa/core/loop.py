@@ -81,6 +81,13 @@ KEEP = "KEEP"
 MAX_TOKEN_SCALE = 4.0   # the most the root's real tokens may scale the estimate's budget
 
 
+def priced(client: ModelClient) -> bool:
+    """Whether the root model's calls will have a cost (a known or given price, a provider
+    that reports it, or free): a live view shows dollars from the start, else "cost ?"."""
+    from recursa.models.pricing import status
+    return status(client.capabilities.pricing) is not None
+
+
 @dataclass
 class RunEnv:
     """What a top-level run and every child RLM under it share: limits, ledger, tracer,
@@ -196,7 +203,8 @@ class Run:
         run the plan): the first Ask."""
         self.context = context
         self.rec.start(query=self.query, model=self.env.root_client.name,
-                       budget=self.env.budget.model_dump())
+                       budget=self.env.budget.model_dump(),
+                       priced=priced(self.env.root_client))
         return await self._guarded(self._begin(context))
 
     async def step(self, reply: Completion | BaseException) -> Step:

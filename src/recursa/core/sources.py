@@ -218,11 +218,15 @@ def _given(raw: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _value_of(context: Any) -> Any:
-    """The context as the model saw it: a Path is loaded again (only when there are sources to
-    check, so a large folder is not kept in memory for the whole run)."""
+    """The context as the model saw it: a Path, also one inside a dict or list (several files
+    given as one context), is loaded again (only when there are sources to check, so a large
+    folder is not kept in memory for the whole run)."""
     if isinstance(context, os.PathLike):
         from recursa.core.context import load_path
         return load_path(Path(context))[0]
+    if isinstance(context, dict | list | tuple):
+        from recursa.core.context import load_inner_paths
+        return load_inner_paths(context)
     if isinstance(context, bytes | bytearray):
         return bytes(context).decode("utf-8", errors="replace")
     return context

@@ -20,8 +20,10 @@ WRITING_LINES = 8       # lines of the reply being written that the live view sh
 HEARTBEAT_S = 5.0       # not a terminal: a status line at least this often while a run works
 
 
-def _money(v: float | None) -> str:
-    return "cost ?" if v is None else f"${v:.4f}"
+def money(v: float | None) -> str:
+    """A run's spend as the live view and the end line both show it: "cost ?" when a model
+    has no known price (never $0.0000, which would read as free)."""
+    return "cost ?" if v is None else f"cost ${v:.4f}"
 
 
 class ConsoleView:
@@ -43,6 +45,7 @@ class ConsoleView:
         self.failed = 0
         self.tokens = 0
         self.cost: float | None = 0.0
+        self.started = False    # the cost shows from the run's start, which says if it is priced
         self.children = 0
         self.t0 = time.monotonic()
         self.last_answer: dict[str, Any] | None = None
@@ -81,7 +84,11 @@ class ConsoleView:
         with self._lock:
             d = ev.data
             line: str | None = None
-            if ev.kind == "turn" and ev.phase == "start" and ev.depth == 0:
+            self.started = True
+            if ev.kind == "run" and ev.phase == "start" and ev.depth == 0:
+                if d.get("priced") is False:     # an unpriced root: its cost is unknown
+                    self.cost = None
+            elif ev.kind == "turn" and ev.phase == "start" and ev.depth == 0:
                 self.turn = d.get("turn", self.turn)
                 self.writing.clear()
             elif ev.kind == "turn" and ev.phase == "delta":
@@ -152,7 +159,7 @@ class ConsoleView:
         def of(name: str, fmt: str = "{:,}") -> str:
             v = lim.get(name)
             return "" if v is None else " / " + fmt.format(v)
-        cost = _money(self.cost) + of("max_cost_usd", "${:.2f}")
+        cost = (money(self.cost) if self.started else "cost …") + of("max_cost_usd", "${:.2f}")
         mapping = self.maps.line()
         return Text(
             f"turn {self.turn}{of('max_iterations')}  sub-calls {self.done}{of('max_subcalls')}"

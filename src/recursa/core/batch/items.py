@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from recursa.base.types import ContextError
-from recursa.core.context import load_path
+from recursa.core.context import load_inner_paths, load_path
 
 TABLE_SUFFIXES = (".jsonl", ".csv", ".parquet")
 CONTEXT_COLUMNS = ("context", "text", "document", "content", "body")   # tried in this order
@@ -206,9 +206,12 @@ def _table_items(path: Path, column: str | None, query_column: str | None,
 
 
 def load_item_context(context: Any) -> Any:
-    """An item's context as a value: a path is read with recursa.core.context.load_path (the loader
-    of `recursa run`); what is sent to a Ray worker on another machine."""
+    """An item's context as a value: a path, also one inside a dict or list (several
+    `--context` files), is read with recursa.core.context.load_path (the loader of `recursa
+    run`); what is sent to a Ray worker on another machine."""
     if isinstance(context, os.PathLike):
         value, _notes = load_path(Path(context))
         return value
+    if isinstance(context, dict | list | tuple):
+        return load_inner_paths(context)
     return context
