@@ -677,7 +677,12 @@ def test_a_negated_opposite_is_asked_as_other():
     assert pl.plain_opposite("food", "non-food") == "other"
     assert pl.plain_opposite("animal", "not an animal") == "other"
     assert pl.plain_opposite("negative", "positive") == "positive"
-    assert pl.plain_opposite("praise", "dispraise") == "other"
+    assert pl.plain_opposite("animal", "no animal") == "other"
+    assert pl.plain_opposite("food", "Non food") == "other"
+    # an antonym of its own stays (dev reviews: half the false positives of "other")
+    assert pl.plain_opposite("favourable", "unfavourable") == "unfavourable"
+    assert pl.plain_opposite("happy", "unhappy") == "unhappy"
+    assert pl.plain_opposite("praise", "dispraise") == "dispraise"
     assert pl.plain_opposite("cracked", "intact") == "intact"
     assert pl.LabelCount(plan="label_count", label="food", opposite="non-food").labels == \
         ["other", "food"]

@@ -137,14 +137,18 @@ class LabelCount(BaseModel):
 
 
 def plain_opposite(label: str, opposite: str) -> str:
-    """The opposite side as a leaf is asked it: "other" in place of the label negated
-    ("non-food", "not an animal", "dispraise": any opposite that repeats the label's stem). The 1.5B picks a side that repeats the record's topic word:
-    asked "non-food or food?" it found 12 of 30 dev foods, "other or food?" 25 of 30; for
-    animals 1 of 30 against 27 of 30 (benchmarks/probes/opposite.py)."""
+    """The opposite side as a leaf is asked it: "other" in place of the label negated by a
+    word ("non-food", "not an animal", "no animal", "without food"). The 1.5B picks a side that
+    repeats the record's topic word: asked "non-food or food?" it found 12 of 30 dev foods,
+    "other or food?" 25 of 30; for animals 1 of 30 against 27 of 30
+    (benchmarks/probes/opposite.py). An antonym of its own ("unfavourable", "unhappy") is kept:
+    against "other" it halved the false positives at the same recall, dev reviews
+    (benchmarks/probes/opposite_words.py: 0.37 against 0.77, 0.33 against 0.53)."""
     lab, opp = label.strip(), opposite.strip()
     stem = re.sub(r"[^a-z]", "", lab.lower())[:4]
-    if len(stem) == 4 and stem in re.sub(r"[^a-z]", "", opp.lower()):
-        return "other"      # the label negated: non-food, not an animal, dispraise, unsolved
+    negated = re.match(r"(?i)\s*(non|not|no|without)\b[\s-]*(an?\s+|the\s+)?(.*)$", opp)
+    if len(stem) == 4 and negated and stem in re.sub(r"[^a-z]", "", negated.group(3).lower()):
+        return "other"      # the label negated: non-food, not an animal, without food
     return opp
 
 
