@@ -9,7 +9,18 @@ provider_fakes.py, ...): a test module never imports another test module.
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
+
 import pytest
+
+# The suite never reads or writes the settings file of whoever runs it (a default model,
+# aliases and stored keys in ~/.config/recursa/config.toml would change what tests resolve):
+# it gets an empty config directory of its own, which the commands it starts inherit.
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="recursa-test-config-")
+atexit.register(shutil.rmtree, os.environ["XDG_CONFIG_HOME"], ignore_errors=True)
 
 QWEN = "qwen2.5-coder-1.5b"
 

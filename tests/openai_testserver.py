@@ -11,7 +11,8 @@ for tests and benchmarks. Stdlib only; runs in a background thread on 127.0.0.1,
 
 Endpoints: POST /v1/chat/completions (also `stream: true` -> SSE chunks, with a usage chunk when
 `stream_options.include_usage`), POST /v1/messages (Anthropic; base URL `srv.anthropic_base_url`;
-also `stream: true` -> its SSE events), GET /v1/models. Streams send `stream_chunk_chars`
+also `stream: true` -> its SSE events), GET /v1/models and Ollama's GET /api/tags (the `listed`
+names, else `model`). Streams send `stream_chunk_chars`
 characters per chunk, `stream_chunk_delay` seconds apart (`pace_plain=True`: a reply that does
 not stream waits as long before it is sent).
 
@@ -117,8 +118,10 @@ class OpenAITestServer:
     def __init__(self, responder: Callable[[dict[str, Any]], Any] | None = None, *,
                  latency: float = 0.0, model: str | None = None, cached_tokens: int = 0,
                  stream_chunk_chars: int = 8, stream_chunk_delay: float = 0.0,
-                 pace_plain: bool = False, reported_cost: float | None = None) -> None:
+                 pace_plain: bool = False, reported_cost: float | None = None,
+                 listed: list[str] | None = None) -> None:
         self.responder = responder or echo_responder
+        self.listed = list(listed or [])   # what the model lists name (default: `model`)
         self.latency = latency
         self.model = model              # None: echo the requested model name
         self.cached_tokens = cached_tokens
@@ -268,9 +271,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------- routes
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        names = self.srv.listed or [self.srv.model or "test-model"]
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             self._send_json(200, {"object": "list", "data": [
-                {"id": self.srv.model or "test-model", "object": "model", "owned_by": "test"}]})
+                {"id": n, "object": "model", "owned_by": "test"} for n in names]})
+        elif self.path.rstrip("/") == "/api/tags":      # Ollama's own list of its models
+            self._send_json(200, {"models": [
+                {"name": n, "model": n, "size": 1, "digest": "0" * 64,
+                 "modified_at": "2025-01-01T00:00:00Z"} for n in names]})
         elif self.path in ("/health", "/"):
             self._send_json(200, {"ok": True})
         else:

@@ -106,11 +106,12 @@ class RecursaModel(llm.Model):
         from recursa import RLM, RecursaError
 
         opts = prompt.options
-        spec = opts.model or self.spec
-        if spec is None:
-            from recursa.models import default_model_spec
-            spec, _why = default_model_spec(os.environ)
-        sub_spec = opts.sub_model or spec
+        from recursa.models import resolve_model  # aliases and the default model
+        try:
+            spec, _why = resolve_model(opts.model or self.spec)
+            sub_spec = resolve_model(opts.sub_model)[0] if opts.sub_model else spec
+        except (RecursaError, ValueError) as e:      # a settings file that cannot be read
+            raise llm.ModelError(f"recursa: {e}") from e
         context, query = _context_and_query(prompt)
         system = prompt.system or None
         if context is None and system:

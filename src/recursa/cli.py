@@ -1,4 +1,4 @@
-"""The `recursa` command line: run | models (and the commands other modules register).
+"""The `recursa` command line: run (and the commands other modules register).
 
 Output contracts of `recursa run` (docs/cli.md): the answer (or, with --json, the Result as
 JSON) is the only thing on stdout; progress, the summary and errors go to stderr; with
@@ -311,26 +311,6 @@ def _interrupted(view: Any, last: LastAnswer, rlm: Any, notes: Notices, status: 
     return status
 
 
-def cmd_models(a: argparse.Namespace) -> int:
-    from recursa.models import fetch as fetch_mod
-    if a.action == "list":
-        for name, entry in fetch_mod.REGISTRY.items():
-            path = fetch_mod.model_path(name)
-            state = "fetched" if path.exists() else "not fetched"
-            print(f"{name:24s} {state:12s} {getattr(entry, 'description', '')}")
-        return 0
-    if not a.name:
-        stderr_console().print("[red]error:[/] name the model to fetch: " + ", ".join(fetch_mod.REGISTRY))
-        return 2
-    try:
-        path = fetch_mod.fetch_model(a.name, progress=lambda m: stderr_console().print(f"[dim]{m}[/]"))
-    except Exception as e:
-        stderr_console().print(f"[red]error:[/] {escape(str(e))}")
-        return 1
-    print(path)
-    return 0
-
-
 class _Version(argparse.Action):
     """--version: the running code's `recursa.__version__` (pyproject.toml reads it from there;
     asking the installed metadata would scan every distribution in the venv, ~0.1 s)."""
@@ -355,7 +335,11 @@ class _Version(argparse.Action):
 # tests/test_cli.py checks the table against the modules.
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("recursa.cli", "answer a question over a file, a directory or stdin"),
-    "models": ("recursa.cli", "list or fetch local models"),
+    "models": ("recursa.models_cli", "list models and providers, fetch a local model, or "
+               "set the default model"),
+    "aliases": ("recursa.models_cli", "short names for model specs (recursa aliases set "
+                "fast openai:gpt-5-mini)"),
+    "keys": ("recursa.models_cli", "store API keys in your settings file (never shown)"),
     "runtime": ("recursa.models.runtime_cli", "fetch or build, then check, the local llama.cpp runtime"),
     "bench": ("recursa.bench.cli", "run the evaluation suite and report on it"),
     "view": ("recursa.obs.viewer.cli", "open a run's trace as one self-contained HTML page"),
@@ -372,7 +356,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def register(sub: Any) -> None:
-    """The built-in commands, `run` and `models`."""
+    """The built-in command, `run`."""
     r = sub.add_parser("run", help=COMMANDS["run"][1],
                        description="Answer QUERY over --context. stdout gets the answer only "
                        "(--json: the Result as JSON); stderr the live view and the summary. "
@@ -404,11 +388,6 @@ def register(sub: Any) -> None:
                    "against the context and print them after the answer")
     add_model_options(r)
     r.set_defaults(fn=cmd_run, preload=("recursa.core.rlm", "recursa.core.preflight"))
-
-    m = sub.add_parser("models", help=COMMANDS["models"][1])
-    m.add_argument("action", choices=["list", "fetch"])
-    m.add_argument("name", nargs="?")
-    m.set_defaults(fn=cmd_models, uses_http=False)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:

@@ -94,8 +94,9 @@ _pos = _number(float, 0, above=True)
 
 OPTIONS: tuple[Opt, ...] = (
     Opt("model", ("--model",), "root model spec, e.g. openai:gpt-5-mini, anthropic:claude-"
-        "sonnet-4-5, local:qwen2.5-coder-1.5b (default: from the API keys set, else local)",
-        {"metavar": "SPEC"}),
+        "sonnet-4-5, ollama:llama3.2, local:qwen2.5-coder-1.5b, or an alias (default: "
+        "RECURSA_MODEL, else `recursa models default`, else from the API keys set, else "
+        "local)", {"metavar": "SPEC"}),
     Opt("sub_model", ("--sub-model",), "model for sub-calls (default: the root model)",
         {"metavar": "SPEC"}),
     Opt("base_url", ("--base-url",), "endpoint of the model, e.g. http://127.0.0.1:8000/v1 for "
@@ -231,14 +232,14 @@ class RLMOptions:
         return {k: getattr(self, k) for k in LIMITS if getattr(self, k) is not None}
 
     def with_default_model(self, say: Callable[[str], Any] | None = None) -> RLMOptions:
-        """A copy with `model` filled in as `recursa run` picks it, saying why via `say`."""
-        if self.model:
-            return self
-        from recursa.models import default_model_spec
-        spec, reason = default_model_spec(os.environ)
-        if say:
+        """A copy with `model` filled in as `recursa run` picks it, saying why via `say`, and
+        aliases (`recursa aliases`) replaced by their specs."""
+        from recursa.models import resolve_model
+        spec, reason = resolve_model(self.model)
+        if reason and say:
             say(f"no --model given: using {spec} ({reason})")
-        return RLMOptions(**{**asdict(self), "model": spec})
+        sub = resolve_model(self.sub_model)[0] if self.sub_model else None
+        return RLMOptions(**{**asdict(self), "model": spec, "sub_model": sub})
 
     def model_specs(self) -> list[str]:
         return [s for s in dict.fromkeys((self.model, self.sub_model)) if s]

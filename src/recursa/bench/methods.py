@@ -180,15 +180,16 @@ def split_chunks(text: str, chunk_chars: int) -> list[str]:
 
 
 def _make_clients(cfg: MethodConfig) -> tuple[ModelClient, ModelClient]:
-    from recursa.models import make_client
+    from recursa.models import make_client, provider_for_spec, resolve_model
     from recursa.models.cache import cached
 
     def build(spec: str, base_url: str | None, key_env: str | None) -> ModelClient:
+        spec = resolve_model(spec)[0]
         # client options (n_ctx, ...) are for in-process clients; endpoints get base_url only
         opts = dict(cfg.client_options) if spec.startswith(("local:", "replay:")) else {}
         if spec.startswith("replay:") and isinstance(opts.get("responder"), str):
             opts["responses"] = _import_attr(opts.pop("responder"))
-        if base_url and spec.split(":", 1)[0] in ("openai", "vllm", "openrouter"):
+        if base_url and provider_for_spec(spec)[0].endpoint:
             opts["base_url"] = base_url
         if key_env and os.environ.get(key_env):
             opts["api_key"] = os.environ[key_env]

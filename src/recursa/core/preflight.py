@@ -67,19 +67,19 @@ def target_of_spec(spec: str, *, base_url: str | None = None, api_key: bool = Fa
         t.price = "free"
         if p.model_file and not _registry_name(t.model):
             t.local_path = Path(t.model).expanduser()
-        return t
+        if not p.endpoint:
+            return t
     if p is not None:
-        t.endpoint = base_url or p.default_url or (os.environ.get(p.url_env) or None
-                                                   if p.url_env else None)
+        t.endpoint = p.endpoint_url(base_url)
         if p.needs_endpoint:
             t.endpoint_env = p.url_env
-        elsewhere = bool(base_url) and p.default_url is not None and \
-            urlsplit(base_url or "").hostname != urlsplit(p.default_url).hostname
-        hosted = bool(p.key_env) and not (p.key_at_default_url_only and elsewhere)
-        if hosted and not api_key and not any(os.environ.get(n) for n in p.key_env):
+        if p.wants_key(base_url) and not api_key and \
+                not any(os.environ.get(n) for n in p.key_env) and not _stored(p.prefix):
             t.missing_key = " or ".join(p.key_env)
     else:
         t.endpoint = base_url
+    if t.price is not None:
+        return t
     if price_for(spec, prices) is not None:
         t.price = "known"
     elif p is not None and p.reports_cost:
@@ -108,6 +108,12 @@ def target_of_client(client: ModelClient) -> Target:
     t.endpoint = str(url) if url else None
     t.price = status(caps.pricing)
     return t
+
+
+def _stored(prefix: str) -> bool:
+    """A key for `prefix` is in the user's settings file (which must then be private)."""
+    from recursa.models.userconfig import stored_key
+    return stored_key(prefix) is not None
 
 
 def _own_prefixes() -> frozenset[str]:

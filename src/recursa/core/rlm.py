@@ -101,9 +101,13 @@ class RLM:
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
             raise TypeError(f"RLM() got unknown option(s): {', '.join(sorted(unknown))}")
-        if model is None:
-            from recursa.models import default_model_spec
-            model, _reason = default_model_spec(os.environ)
+        from recursa.models import resolve_model  # aliases and the default model
+        if model is None or isinstance(model, str):
+            model, _reason = resolve_model(model)
+        if isinstance(sub_model, str):
+            sub_model = resolve_model(sub_model)[0]
+        models = {k: resolve_model(v)[0] if isinstance(v, str) else v
+                  for k, v in (models or {}).items()}
         self.model = model
         self.sub_model = sub_model if sub_model is not None else model
         for spec in (self.model, self.sub_model, *(models or {}).values()):

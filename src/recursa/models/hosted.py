@@ -65,7 +65,8 @@ class HostedClient(Declares):
     `stats` counts calls, attempts, retries and failures; `cache_write_tokens` totals the
     prompt-cache writes replies reported. `tools`, `structured`, `reports_cost` and
     `cache_writes` are what the client declares (`capabilities`); `price_model` is the name
-    the price table knows the model by (default: `model`). The repr and every error name the
+    the price table knows the model by (default: `model`); `free`: every call costs 0.0 (a
+    server on one's own machine, as `local:` models are). The repr and every error name the
     model and its endpoint, never a key."""
 
     _counters = frozenset({"cache_write_tokens"})
@@ -77,7 +78,8 @@ class HostedClient(Declares):
                  default_options: dict[str, Any] | None = None, stream: bool = True,
                  price_model: str | None = None, tools: bool = False,
                  structured: Literal["json_schema", "response_format"] | None = None,
-                 reports_cost: bool = False, cache_writes: bool = False) -> None:
+                 reports_cost: bool = False, cache_writes: bool = False,
+                 free: bool = False) -> None:
         self.adapter = adapter
         self.name = name
         self.model = model
@@ -92,6 +94,7 @@ class HostedClient(Declares):
         self.stats = RetryStats()
         self.cache_write_tokens = 0
         self._declared = (tools, structured, reports_cost, cache_writes)
+        self.free = free
         self._warned: set[str] = set()
 
     def __repr__(self) -> str:  # never the key
@@ -99,11 +102,12 @@ class HostedClient(Declares):
 
     def _declare(self) -> Capabilities:
         tools, structured, reports_cost, cache_writes = self._declared
+        pricing = Pricing(per_call=0.0) if self.free else \
+            Pricing(model=self.price_model, overrides=self.prices, reported=reports_cost,
+                    cache_writes=cache_writes)
         return Capabilities(
             max_output_tokens=self.default_options.get("max_tokens"), streaming=self.stream,
-            tools=tools, images=True, structured=structured,
-            pricing=Pricing(model=self.price_model, overrides=self.prices,
-                            reported=reports_cost, cache_writes=cache_writes),
+            tools=tools, images=True, structured=structured, pricing=pricing,
             identity=model_identity(self.name, self.model, self.base_url, self.default_options))
 
     def estimate_cost(self, input_tokens: int, output_tokens: int) -> float | None:
@@ -202,7 +206,10 @@ class HostedClient(Declares):
         return reply, pieces.text if reply.text is None else reply.text
 
     def _cost(self, reply: Reply, usage: Usage, writes: int) -> float | None:
-        """What the provider reported, else the table's price, else the provider's own."""
+        """What the provider reported, else the table's price, else the provider's own (a
+        model served on one's own machine is free, counted or not)."""
+        if self.free:
+            return 0.0
         if reply.usage is None:      # we cannot price what we cannot count
             return None
         reported = reply.cost_usd

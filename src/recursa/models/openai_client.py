@@ -1,5 +1,6 @@
 """Any OpenAI-compatible chat-completions endpoint: OpenAI, OpenRouter, vLLM, SGLang, Ollama,
-llama.cpp server...: the `openai:`, `openrouter:` and `vllm:` providers.
+LM Studio, llama.cpp server...: the `openai:`, `openrouter:`, `vllm:`, `ollama:` and
+`lmstudio:` providers.
 
 `ChatWire` is the chat-completions dialect (request, reply, stream chunks), shared with Azure
 (azure_client.py); `OpenAIChat` sends it straight through httpx (a keep-alive pool per event
@@ -288,7 +289,8 @@ class OpenAIClient(HostedClient):
                  name: str | None = None, provider: str = "openai",
                  max_tokens_param: str | None = None,
                  default_headers: dict[str, str] | None = None, http_client: Any = None,
-                 max_connections: int = 100, **options: Unpack[ClientOptions]) -> None:
+                 max_connections: int = 100, free: bool = False,
+                 **options: Unpack[ClientOptions]) -> None:
         url = base_url or OPENAI_BASE_URL
         name = name or f"{provider}:{model}"
         hosted_openai = base_url is None or "api.openai.com" in url
@@ -309,7 +311,8 @@ class OpenAIClient(HostedClient):
                              default_headers=default_headers)
         super().__init__(adapter, name=name, model=model, base_url=url, tools=True,
                          structured="response_format",
-                         reports_cost=provider == "openrouter", **options)   # usage.cost
+                         reports_cost=provider == "openrouter",   # usage.cost
+                         free=free, **options)
 
 
 # ------------------------------------------------------------------ the providers' factories
@@ -333,3 +336,22 @@ def vllm(model: str, *, name: str, base_url: str | None = None, api_key: str | N
                          "(e.g. http://host:8000/v1)")
     key = api_key or os.environ.get("VLLM_API_KEY") or "EMPTY"
     return OpenAIClient(model, base_url=url, api_key=key, name=name, provider="vllm", **kw)
+
+
+def ollama(model: str, *, name: str, base_url: str | None = None, **kw: Any) -> OpenAIClient:
+    return _served_here("ollama", model, name=name, base_url=base_url, **kw)
+
+
+def lmstudio(model: str, *, name: str, base_url: str | None = None, **kw: Any) -> OpenAIClient:
+    return _served_here("lmstudio", model, name=name, base_url=base_url, **kw)
+
+
+def _served_here(prefix: str, model: str, *, name: str, base_url: str | None,
+                 api_key: str | None = None, **kw: Any) -> OpenAIClient:
+    """A model an OpenAI-compatible server on one's own machine serves (Ollama, LM Studio):
+    reached where its registry row says, with no key unless one is given, and free."""
+    from .providers import builtin
+    url = builtin(prefix).endpoint_url(base_url)
+    assert url is not None            # these rows have a default URL
+    return OpenAIClient(model, base_url=url, api_key=api_key or "EMPTY", name=name,
+                        provider=prefix, free=True, **kw)

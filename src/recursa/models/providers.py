@@ -11,8 +11,10 @@ them. A hosted provider is one adapter file (see adapter.py, hosted.py) plus one
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, NamedTuple
+from urllib.parse import urlsplit
 
 Factory = Callable[..., Any]      # (model, *, name, [base_url, api_key, prices], **opts) -> client
 
@@ -23,15 +25,20 @@ class Provider(NamedTuple):
 
     `factory`: the callable, or its "module:attribute" path. `endpoint`: it takes `base_url=`
     (local and scripted models have none). `default_url` / `url_env`: where it is reached when
-    no base_url is given; `needs_endpoint`: it has no default, so one of them is required.
-    `key_env`: the variables its key may come from (empty: its SDK finds credentials itself);
+    no base_url is given (the variable first; `url_of_env` turns its value into the base URL
+    when it is not one already, as OLLAMA_HOST's `host:port`); `needs_endpoint`: it has no
+    default, so one of them is required.
+    `key_env`: the variables its key may come from (empty: its SDK finds credentials itself,
+    or it needs none; a key stored in the user's config file is used when none of them is set);
     `key_at_default_url_only`: a base_url elsewhere needs no key (an OpenAI-compatible server
     of one's own). `free`: its calls cost nothing; `reports_cost`: the provider reports each
     call's cost, so a cost limit holds without a table price. `model_file`: the model is a file
     on this machine (or a registry name). `structured`: how its clients constrain a reply to a
     JSON schema. `hints`: how model names meant for it start, to suggest the prefix when one is
     missing. `needs_model`: a spec without a model name after the prefix is an error.
-    `example`: a model it serves (for the docs and the provider conformance tests)."""
+    `example`: a model it serves (for the docs and the provider conformance tests).
+    `models_api`: how its server lists the models it serves (`recursa models list`):
+    "ollama" (GET /api/tags beside the /v1 base URL) or "openai" (GET {base_url}/models)."""
 
     prefix: str
     factory: Factory | str
@@ -49,6 +56,8 @@ class Provider(NamedTuple):
     hints: tuple[str, ...] = ()
     needs_model: bool = True
     example: str = ""
+    url_of_env: Callable[[str], str] | None = None
+    models_api: Literal["ollama", "openai"] | None = None
 
     def build(self, model: str, *, name: str, base_url: str | None = None,
               api_key: str | None = None, prices: Any = None, **opts: Any) -> Any:
@@ -56,6 +65,26 @@ class Provider(NamedTuple):
         given = {k: v for k, v in (("base_url", base_url), ("api_key", api_key),
                                    ("prices", prices)) if v is not None}
         return self.load()(model, name=name, **given, **opts)
+
+    def endpoint_url(self, base_url: str | None = None,
+                     env: Mapping[str, str] | None = None) -> str | None:
+        """Where its clients go: `base_url`, else the `url_env` variable's URL, else
+        `default_url` (None: nowhere known)."""
+        if base_url:
+            return base_url
+        value = (os.environ if env is None else env).get(self.url_env or "", "").strip()
+        if value:
+            return self.url_of_env(value) if self.url_of_env else value
+        return self.default_url
+
+    def wants_key(self, base_url: str | None = None) -> bool:
+        """Whether its clients need a key when sent to `base_url` (None: its default URL); a
+        key of a provider that sends it to its own URL only is not sent elsewhere."""
+        if not self.key_env:
+            return False
+        elsewhere = bool(base_url) and self.default_url is not None and \
+            urlsplit(base_url or "").hostname != urlsplit(self.default_url).hostname
+        return not (self.key_at_default_url_only and elsewhere)
 
     def load(self) -> Factory:
         """The factory (imported now when the row names it by path)."""
@@ -87,6 +116,26 @@ def _replay_file(model: str, *, name: str, **_: Any) -> Any:
     return load_replay_file(name)
 
 
+def ollama_url(host: str) -> str:
+    """The /v1 base URL of the Ollama server OLLAMA_HOST names, read as Ollama's own command
+    reads it: `[scheme://]host[:port][/path]`, http and port 11434 when not given (80 / 443
+    for an explicit http:// / https:// without a port), 127.0.0.1 when only a port is."""
+    scheme, sep, rest = host.strip().partition("://")
+    if not sep:
+        scheme, rest, port = "http", scheme, "11434"
+    else:
+        port = "443" if scheme == "https" else "80"
+    hostport, _, path = rest.partition("/")
+    name, colon, given = hostport.rpartition(":")
+    if colon and given.isdigit() and (not name.startswith("[") or name.endswith("]")):
+        hostport, port = name, given
+    hostport = hostport or "127.0.0.1"
+    path = path.strip("/")
+    return f"{scheme}://{hostport}:{port}" + (f"/{path}" if path else "") + "/v1"
+
+
+OLLAMA_URL: Final = "http://localhost:11434/v1"
+LMSTUDIO_URL: Final = "http://localhost:1234/v1"
 _RESPONSE_FORMAT: Final = "response_format"   # OpenAI-compatible servers take a JSON schema there
 _HOSTED: Final = "recursa.models."
 
@@ -103,7 +152,15 @@ BUILTIN: tuple[Provider, ...] = (
              example="anthropic/claude-haiku-4.5"),
     Provider("vllm", _HOSTED + "openai_client:vllm", "a vLLM server (base_url= or VLLM_BASE_URL)",
              url_env="VLLM_BASE_URL", needs_endpoint=True, structured=_RESPONSE_FORMAT,
-             example="Qwen/Qwen2.5-7B-Instruct"),
+             example="Qwen/Qwen2.5-7B-Instruct", models_api="openai"),
+    Provider("ollama", _HOSTED + "openai_client:ollama",
+             "an Ollama server (OLLAMA_HOST, else localhost:11434); free",
+             default_url=OLLAMA_URL, url_env="OLLAMA_HOST", url_of_env=ollama_url, free=True,
+             structured=_RESPONSE_FORMAT, example="llama3.2", models_api="ollama"),
+    Provider("lmstudio", _HOSTED + "openai_client:lmstudio",
+             "LM Studio's server (localhost:1234, or base_url=); free",
+             default_url=LMSTUDIO_URL, free=True, structured=_RESPONSE_FORMAT,
+             example="qwen2.5-7b-instruct", models_api="openai"),
     Provider("anthropic", _HOSTED + "anthropic_client:AnthropicClient",
              "Anthropic's Messages API",
              default_url="https://api.anthropic.com", key_env=("ANTHROPIC_API_KEY",),
@@ -132,3 +189,11 @@ BUILTIN: tuple[Provider, ...] = (
     Provider("replay-file", _replay_file, "a scripted model read from a JSON file (tests)",
              endpoint=False, free=True),
 )
+
+
+def builtin(prefix: str) -> Provider:
+    """recursa's own row for `prefix` (KeyError: none)."""
+    for p in BUILTIN:
+        if p.prefix == prefix:
+            return p
+    raise KeyError(prefix)

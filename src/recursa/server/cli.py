@@ -75,7 +75,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
         limits.setdefault("max_seconds", DEFAULT_MAX_SECONDS)
         check_options(opts, say=lambda m: err.print(f"[dim]{m}[/]"))
         base = opts.rlm_kwargs()     # keys read once, from the variables named
-        allowed = list(a.allow_sub_model or [])
+        from recursa.models import resolve_model  # aliases name their specs
+        allowed = [resolve_model(s)[0] for s in a.allow_sub_model or []]
         for spec in allowed:         # a sub-model a request may pick must pass the checks too
             check_options(RLMOptions(**{**opts.to_dict(), "model": spec, "sub_model": None,
                                             "prices": opts.prices}))

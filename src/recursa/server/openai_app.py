@@ -392,6 +392,9 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
         raise RequestError("`recursa` must be an object", param="recursa")
     rec = dict(rec)
     sub_model = rec.pop("sub_model", None)
+    if isinstance(sub_model, str) and ":" not in sub_model:   # an alias of the server's user
+        from recursa.models import resolve_model
+        sub_model = resolve_model(sub_model)[0]
     if sub_model is not None:
         allowed = set(config.allowed_sub_models)
         for spec in (config.sub_model, config.model):
