@@ -393,6 +393,9 @@ class Result(BaseModel):
     # when one or more was not (a flag, never passed silently)
     sources: list[Source] = Field(default_factory=_empty_list)
     sources_verified: bool | None = None
+    # which path ran (RLM's `route`, recursa.core.route): "direct" (one plain model call) or
+    # "rlm" (the REPL loop); None for a run RLM did not route (the bench's plain methods)
+    route: Literal["direct", "rlm"] | None = None
 
     @model_validator(mode="after")
     def _source(self) -> Result:

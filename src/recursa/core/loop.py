@@ -122,6 +122,7 @@ class RunEnv:
     example: bool = True          # the worked example in the system prompt
     strategy: str = "auto"        # code | plan | auto (recursa.core.strategy)
     sources: bool = False         # the root is taught to attach sources (recursa.core.sources)
+    route: dict[str, Any] | None = None   # why the top-level run runs the loop (core/route.py)
     dispatcher: Dispatcher = field(init=False)
 
     def __post_init__(self) -> None:
@@ -202,9 +203,10 @@ class Run:
         """Load the context, start the sandbox, write the first messages (and, in plan mode,
         run the plan): the first Ask."""
         self.context = context
+        routed = {"route": self.env.route} if self.depth == 0 and self.env.route else {}
         self.rec.start(query=self.query, model=self.env.root_client.name,
                        budget=self.env.budget.model_dump(),
-                       priced=priced(self.env.root_client))
+                       priced=priced(self.env.root_client), **routed)
         return await self._guarded(self._begin(context))
 
     async def step(self, reply: Completion | BaseException) -> Step:

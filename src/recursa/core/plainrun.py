@@ -16,15 +16,20 @@ from recursa.obs.trace import JsonlSink, Tracer, new_id
 
 
 class PlainRun:
-    """One run of plain model calls to `client`, traced to `trace_path` (None: not traced)."""
+    """One run of plain model calls to `client`, traced to `trace_path` (None: not traced).
+    A caller that owns the run's `ledger` and `tracer` (RLM's direct route: its deadline, parent
+    ledger and sinks) passes them, and closes them itself."""
 
     def __init__(self, client: ModelClient, query: str, *, budget: Budget | None = None,
                  trace_path: str | None = None, run_id: str | None = None,
-                 options: dict[str, Any] | None = None, **start: Any):
+                 options: dict[str, Any] | None = None, ledger: Ledger | None = None,
+                 tracer: Tracer | None = None, **start: Any):
         """`start`: more fields of the run's start event (`method=...`, `variant=...`)."""
         self.budget = budget or Budget()
-        self.ledger = Ledger(self.budget)
-        self.tracer = Tracer([JsonlSink(trace_path)] if trace_path else [], run_id or new_id())
+        self.owned = tracer is None
+        self.ledger = ledger if ledger is not None else Ledger(self.budget)
+        self.tracer = tracer if tracer is not None else \
+            Tracer([JsonlSink(trace_path)] if trace_path else [], run_id or new_id())
         self.trace_path = trace_path
         self.client = client
         self.options = dict(options or {})
@@ -60,15 +65,16 @@ class PlainRun:
 
     def finish(self, answer: str, status: Status, *, error: str | None = None,
                limit: str | None = None, source: AnswerSource | None = None,
-               totals: dict[str, Any] | None = None) -> Result:
+               totals: dict[str, Any] | None = None, **fields: Any) -> Result:
         """The run's Result (and the end of its trace); `totals` for the end event default to
-        the ledger's."""
+        the ledger's; `fields`: more of the Result's (`parsed`, `route`, ...)."""
         res = result_from(self.ledger, self.tracer, answer=answer, status=status,
                           ready=status == "final", answer_source=source, turns=self.turns,
                           elapsed_s=round(time.monotonic() - self.t0, 4), error=error,
-                          limit=limit, trace_path=self.trace_path)
+                          limit=limit, trace_path=self.trace_path, **fields)
         self.rec.finish(res, totals=totals if totals is not None else tree_totals(self.ledger,
                                                                                    res))
-        self.tracer.close()
-        self.ledger.deadline.close()
+        if self.owned:
+            self.tracer.close()
+            self.ledger.deadline.close()
         return res

@@ -21,6 +21,7 @@ from recursa.obs.notebook import auto_sinks
 from recursa.obs.trace import CallbackSink, JsonlSink, Tracer, new_id
 
 if TYPE_CHECKING:
+    from recursa.core.route import Route
     from recursa.core.session import Session
     from recursa.core.tools import Tool, ToolSet
     from recursa.models.cache import ResponseCache
@@ -73,6 +74,11 @@ class RLM:
     `sources=True` teaches the root to attach the passages its answer rests on
     (`FINAL(answer, sources=[...])`); sources a run's answer carries are checked against the
     context either way: `Result.sources`, `Result.sources_verified` (recursa.core.sources).
+    `route`: "rlm" (the default: every run runs the REPL loop), "direct" (one plain model call
+    with the context in the prompt) or "auto": direct when the prompt plus the reply reserve
+    fits `route_threshold` tokens (default: half the root model's declared window, else 8,192),
+    else the loop (recursa.core.route); `Result.route` says which ran. A session's questions
+    always run the loop.
     """
 
     def __init__(self, model: str | ModelClient | None = None,
@@ -97,6 +103,7 @@ class RLM:
                  cache_nondeterministic: bool = False,
                  prices: Mapping[str, Any] | None = None, preflight: bool = True,
                  strategy: str = "auto", example: bool = True, sources: bool = False,
+                 route: str = "rlm", route_threshold: int | None = None,
                  **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
@@ -154,6 +161,9 @@ class RLM:
         self.strategy = check_strategy(strategy)
         self.example = bool(example)
         self.sources = bool(sources)
+        from recursa.core.route import check_route, check_threshold
+        self.route = check_route(route)
+        self.route_threshold = check_threshold(route_threshold)
         # shown under the query in the root's first message (a session's earlier Q&A)
         self.preface: str | None = None
 
@@ -208,14 +218,24 @@ class RLM:
             extra = {name: self._client(spec, self.base_url, self.api_key, owned)
                      for name, spec in self.models.items()}
             extra.setdefault(root.name, root)
+            # a session's question runs in its kept sandbox: never routed
+            routed = await self._aroute(query, context, root, output) \
+                if scope.sandbox is None else None
+            direct = routed is not None and routed.path == "direct"
             if self.preflight:     # fail before the first model call, having spent nothing
                 from recursa.core.preflight import acheck, target_of_client
                 await acheck([target_of_client(c) for c in (root, sub, *extra.values())],
-                             max_cost_usd=budget.max_cost_usd, sandbox=self.sandbox,
+                             max_cost_usd=budget.max_cost_usd,
+                             sandbox=None if direct else self.sandbox,
                              sandbox_options=self.sandbox_options)
-            env = RunEnv(budget=budget, ledger=Ledger(budget, deadline=deadline,
-                                                      parent=scope.ledger),
-                         tracer=tracer, root_client=root, sub_client=sub, clients=extra,
+            ledger = Ledger(budget, deadline=deadline, parent=scope.ledger)
+            if routed is not None and direct:
+                from recursa.core.route import run_direct
+                return await run_direct(routed, query, client=root, sub_client=sub,
+                                        budget=budget, ledger=ledger, tracer=tracer,
+                                        options=self.model_options, output=output,
+                                        trace_path=str(trace_path) if trace_path else None)
+            env = RunEnv(budget=budget, ledger=ledger, tracer=tracer, root_client=root, sub_client=sub, clients=extra,
                          concurrency=self.concurrency, sub_options=self.sub_model_options,
                          tools=self.sub_tools, make_sandbox=self._make_sandbox,
                          root_sandbox=scope.sandbox,
@@ -226,8 +246,11 @@ class RLM:
                          sub_context_chars=_context_chars(sub),
                          last_turn_seconds=self.last_turn_seconds, output=output,
                          preface=scope.preface or self.preface, example=self.example,
-                         strategy=self.strategy, sources=self.sources)
-            return await run_loop(env, query, context)
+                         strategy=self.strategy, sources=self.sources,
+                         route=routed.note() if routed is not None else None)
+            res = await run_loop(env, query, context)
+            res.route = "rlm"
+            return res
         finally:
             deadline.close()
             for c in owned:
@@ -236,6 +259,33 @@ class RLM:
                 except Exception:
                     pass
             tracer.close()
+
+    def route_for(self, query: str, context: Any, *, output: Any = None,
+                  root: ModelClient | None = None) -> Route:
+        """The path `completion(query, context)` would take (recursa.core.route), by the
+        window of `root` (default: the root model when it is a client object; a spec string
+        is not built here, so its window counts as unknown)."""
+        from recursa.core.route import decide
+        if root is None and not isinstance(self.model, str):
+            root = self.model
+        spec = OutputSpec.of(output) if output is not None else None
+        return decide(self.route, query, context, client=root, options=self.model_options,
+                      threshold=self.route_threshold, output=spec, sources=self.sources)
+
+    async def _aroute(self, query: str, context: Any, root: ModelClient,
+                      output: OutputSpec | None) -> Route | None:
+        """The run's route (None: "rlm", nothing to decide); a path or bytes is read to
+        measure it off the event loop."""
+        if self.route == "rlm":
+            return None
+        from recursa.core.route import decide
+        args = (self.route, query, context)
+        kw: dict[str, Any] = dict(client=root, options=self.model_options,
+                                  threshold=self.route_threshold, output=output,
+                                  sources=self.sources)
+        if isinstance(context, str):
+            return decide(*args, **kw)
+        return await asyncio.to_thread(decide, *args, **kw)
 
     def session(self, context: Any, *, idle_timeout: float | None = None,
                 trace_path: str | os.PathLike[str] | None = None,
