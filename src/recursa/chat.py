@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
     p.add_argument("--context", "-c", required=True, action="append", metavar="PATH",
                    help="file, directory or pipe such as <(cmd) to talk about; repeat it for "
                    "several, which load as one context {name: contents}")
-    add_model_options(p)
+    add_model_options(p, exclude=("route", "route_threshold"))   # sessions are never routed
     p.add_argument("--budget-per", choices=["question", "session"], default="question",
                    help="whether --max-cost, --max-tokens, --max-subcalls and --max-seconds cap "
                         "each question (default) or all of them together")

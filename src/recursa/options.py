@@ -146,6 +146,13 @@ OPTIONS: tuple[Opt, ...] = (
         "root models such as a local one, code for large ones), code (free-form code) or plan "
         "(it fills a typed plan the runtime runs with a known bound first)",
         {"choices": ("auto", "code", "plan"), "default": "auto", "metavar": "MODE"}),
+    Opt("route", ("--route",), "which inputs run the REPL loop: rlm (the default: all), direct "
+        "(none: one plain model call with the context in the prompt) or auto (direct when the "
+        "prompt plus the reply fits --route-threshold, else the loop)",
+        {"choices": ("rlm", "direct", "auto"), "default": "rlm", "metavar": "MODE"}),
+    Opt("route_threshold", ("--route-threshold",), "--route auto: the most tokens (prompt + "
+        "reply reserve) that go direct (default: half the root model's window when it declares "
+        "one, as local: models do, else 8192)", {"type": _int1, "metavar": "TOKENS"}),
     Opt("cache", ("--cache",), "cache model replies, in the default cache file or (written "
         "--cache=PATH) in PATH; off unless given",
         {"nargs": "?", "const": True, "metavar": "PATH"}),
@@ -180,6 +187,8 @@ class RLMOptions:
     prices: list[tuple[str | None, float, float]] | None = None
     cache: bool | str | None = None
     strategy: str = "auto"
+    route: str = "rlm"
+    route_threshold: int | None = None
 
     # ------------------------------------------------------------ argparse
     @staticmethod
@@ -300,6 +309,10 @@ class RLMOptions:
             "model_options": self.model_options(), "sub_model_options": self.model_options(),
             "client_options": self.client_options(), "strategy": self.strategy,
             **self.limits()}
+        if self.route != "rlm":
+            kw["route"] = self.route
+        if self.route_threshold is not None:
+            kw["route_threshold"] = self.route_threshold
         prices = self.price_table()
         if prices:
             kw["prices"] = prices

@@ -105,6 +105,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
                            served_model=a.served_model_name, allowed_sub_models=allowed,
                            progress=a.progress, rlm_factory=factory,
                            sessions=a.sessions, session_ttl_s=a.session_ttl,
+                           route=opts.route, route_threshold=opts.route_threshold,
                            host=a.host, allow_hosts=list(a.allow_host or []),
                            allow_origins=list(a.allow_origin or []))
         app = create_app(cfg)
@@ -113,7 +114,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
         return 2
     caps = ", ".join(f"{k}={v}" for k, v in sorted(limits.items()))
     err.print(f"recursa serve: model {_name(cfg.model)}, sub-model {_name(cfg.sub_model)}, "
-              f"sandbox {opts.sandbox}; caps {caps}; {a.max_runs} concurrent runs; "
+              f"sandbox {opts.sandbox}; route {opts.route}; caps {caps}; {a.max_runs} concurrent runs; "
               f"auth {'on' if key else 'OFF'}")
     err.print(f"OpenAI base URL: http://{a.host}:{a.port}/v1  (model name '{a.served_model_name}')")
     if generated:

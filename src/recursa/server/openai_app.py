@@ -46,6 +46,7 @@ from recursa.base.types import ContextError, Event, ModelClient, RecursaError, R
 from recursa.core.budget import Budget
 from recursa.core.preflight import PreflightError
 from recursa.core.rlm import RLM
+from recursa.core.route import ROUTES, check_route, check_threshold
 from recursa.core.strategy import STRATEGIES
 from recursa.documents.confine import ParseCaps
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
@@ -58,6 +59,7 @@ log = logging.getLogger("recursa.server")
 
 MAX_JSON_DEPTH = 64           # nesting a request may have; a chat request needs about 8
 QUERY_PREVIEW = 1500          # as RLM does for rlm_query without a context
+ROUTE_HEADER = "x-recursa-route"   # which path ran: direct | rlm (recursa.core.route)
 ANSWER_CHUNK = 1000           # characters per content delta when streaming the answer
 
 
@@ -110,6 +112,10 @@ class ServerConfig:
     # `session_ttl_s` unused
     sessions: int = 16
     session_ttl_s: float = 600.0
+    # which requests run the REPL loop (recursa.core.route): "rlm" (all), "direct" or "auto";
+    # a request may pick another with `recursa.route`. A direct request skips the sessions.
+    route: str = "rlm"
+    route_threshold: int | None = None
     # who may send requests (server/guard.py): the address the server is bound to decides
     # which Host headers are its own; more names with `allow_hosts`, browser origins with
     # `allow_origins` ("*": any, for either)
@@ -128,6 +134,8 @@ class ServerConfig:
     def __post_init__(self) -> None:
         if self.upload_parsers < 1:
             raise ValueError("upload_parsers must be 1 or more")
+        check_route(self.route)
+        check_threshold(self.route_threshold)
         self.parsing = threading.BoundedSemaphore(self.upload_parsers)
 
     def caps(self) -> Budget:
@@ -228,6 +236,7 @@ class ChatRun:
     session: dict[str, Any] | None = None    # the session it ran in: id, question, reused
     strategy: str | None = None              # `recursa.strategy`: code | plan | auto
     sources: bool = False                    # `recursa.sources`: ask for the answer's sources
+    route: str | None = None                 # `recursa.route`: rlm | direct | auto
 
 
 def _image_of_part(part: dict[str, Any]) -> tuple[str, Image]:
@@ -408,6 +417,10 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
     if strategy is not None and strategy not in STRATEGIES:
         raise RequestError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}",
                            param="recursa.strategy")
+    route = rec.pop("route", None)
+    if route is not None and route not in ROUTES:
+        raise RequestError(f"route must be one of {', '.join(ROUTES)}, not {route!r}",
+                           param="recursa.route")
     want_sources = rec.pop("sources", False)
     if not isinstance(want_sources, bool):
         raise RequestError("sources must be true or false", param="recursa.sources")
@@ -421,7 +434,7 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
                    include_usage=bool(isinstance(opts, dict) and opts.get("include_usage")),
                    limits=limits, clamped=clamped, sub_model=sub_model,
                    model_name=str(body.get("model") or config.served_model), output=output,
-                   turn=turn, strategy=strategy, sources=want_sources)
+                   turn=turn, strategy=strategy, sources=want_sources, route=route)
 
 
 def _output_spec(fmt: Any) -> Any:
@@ -470,7 +483,8 @@ def finish_reason(result: Result) -> str:
 
 
 def _recursa_field(result: Result, run: ChatRun) -> dict[str, Any]:
-    out = {**summary(result), "limits": run.limits, "clamped": run.clamped}
+    out = {**summary(result), "route": result.route, "limits": run.limits,
+           "clamped": run.clamped}
     if run.output is not None:
         out["output_error"] = result.output_error
     if run.session is not None:
@@ -500,6 +514,7 @@ class RunResponse:
         self.pool = pool if run.turn is not None else None
         self.id = "chatcmpl-" + uuid.uuid4().hex[:24]
         self.created = int(time.time())
+        self.route = "rlm"      # the path the run takes (X-Recursa-Route), known before it runs
 
     def _chunk(self, delta: dict[str, Any] | None, finish: str | None = None,
                **extra: Any) -> dict[str, Any]:
@@ -535,8 +550,20 @@ class RunResponse:
                     rlm.strategy = self.run.strategy
                 if self.run.sources:
                     rlm.sources = True
+                rlm.route = self.run.route or self.config.route
+                if rlm.route_threshold is None:
+                    rlm.route_threshold = self.config.route_threshold
+                if rlm.route != "rlm":   # decided here too: a direct request needs no session
+                    routed = await asyncio.to_thread(rlm.route_for, self.run.query,
+                                                     self.run.context, output=self.run.output)
+                    self.route = routed.path
+                    if routed.path == "direct" and self.pool is not None:
+                        self.pool, rlm.on_event = None, progress
             except PreflightError as e:    # e.g. a cost cap on a model with no price
                 await error_response(400, str(e), code="preflight_failed")(scope, receive, send)
+                return
+            except ContextError as e:
+                await error_response(400, str(e), param="context")(scope, receive, send)
                 return
             except (RecursaError, ValueError, TypeError, OSError) as e:
                 log.exception("could not build the RLM for %s", self.id)
@@ -614,7 +641,8 @@ class RunResponse:
                              "message": {"role": "assistant",
                                          "content": answer_content(out, self.run),
                                          "refusal": None}}],
-                "usage": openai_usage(out), "recursa": _recursa_field(out, self.run)})
+                "usage": openai_usage(out), "recursa": _recursa_field(out, self.run)},
+                headers={ROUTE_HEADER: out.route or self.route})
         # The watcher task owns `receive`; a JSON response never reads it.
         await out(scope, _never_receive, send)
 
@@ -627,7 +655,8 @@ class RunResponse:
 
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]})
+            (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
+            (ROUTE_HEADER.encode(), self.route.encode())]})
         await emit(self._chunk({"role": "assistant", "content": ""}))
         progress = Progress()
         while True:
