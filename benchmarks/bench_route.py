@@ -19,7 +19,6 @@ import statistics
 import time
 
 from openai_testserver import OpenAITestServer
-
 from recursa.core.rlm import RLM
 from recursa.models.openai_client import OpenAIClient
 
