@@ -8,6 +8,7 @@ Written for this check, not taken from any data set; the haystack is Wikipedia t
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,13 +70,17 @@ class Found:
     lexical: dict[str, list[bool]]
 
 
-def found_in_top(index: Any, text: str, k: int = 5) -> Found:
+def found_in_top(index: Any, text: str, k: int = 5,
+                 modes: Mapping[str, Sequence[str]] | None = None) -> Found:
+    """Per mode ("bm25", "semantic", "hybrid": SemanticIndex.rank), or per named list of
+    rankings (`modes`: SemanticIndex.fuse), whether each needle is in the top k."""
     out = Found({}, {})
     for needle, para, lex in NEEDLES:
         at = text.index(needle)
         gold = {i for i, p in enumerate(index.passages) if p.start <= at < p.end}
-        for mode in ("bm25", "semantic", "hybrid"):
+        for mode in modes or ("bm25", "semantic", "hybrid"):
             for kind, q in ((out.paraphrase, para), (out.lexical, lex)):
-                top = [i for i, _ in index.rank(q, mode)[:k]]
+                ranked = index.fuse(q, modes[mode]) if modes else index.rank(q, mode)
+                top = [i for i, _ in ranked[:k]]
                 kind.setdefault(mode, []).append(bool(gold & set(top)))
     return out

@@ -131,14 +131,15 @@ def test_semantic_mode_finds_a_paraphrase_bm25_cannot(index):
     assert hits and "comet" in hits[0]["text"]
 
 
-def test_hybrid_is_reciprocal_rank_fusion_of_both_rankings(index):
+def test_hybrid_is_reciprocal_rank_fusion_of_its_rankings(index):
     q = "harbour storm boats"
     bm = index.rank(q, "bm25")
     se = index.rank(q, "semantic")
+    others = [index.rank(q, m) for m in index.hybrid_rankings()[2:]]   # contextual, if installed
     fused = dict(index.rank(q, "hybrid"))
     for pid, score in fused.items():
         want = 0.0
-        for ranking in (bm, se):
+        for ranking in (bm, se, *others):
             for r, (i, _) in enumerate(ranking):
                 if i == pid:
                     want += 1.0 / (RRF_K + r + 1)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -38,12 +39,16 @@ MIN_UNIT_CHARS = 40      # a shorter one joins the next (a lone "Yes." embeds as
 # keeps each list's first hits near the top (close to interleaving the two) while a passage
 # high in both still rises. docs/search.md gives the figures (and how 3 was chosen).
 RRF_K = 3
+# "hybrid" adds the contextual ranking up to this many sentences (~100k tokens): above it the
+# first search would spend minutes encoding (docs/search.md); mode="contextual" still can.
+HYBRID_CONTEXTUAL_MAX_UNITS = 4000
 FUSE_DEPTH = 100         # each ranking contributes its best this many passages
 EMBED_DIM = 256
 _BLOCK_ROWS = 4096       # vectors gathered at once when summing them (cache-sized)
 
-Mode = Literal["hybrid", "bm25", "semantic"]
-MODES = ("hybrid", "bm25", "semantic")
+Mode = Literal["hybrid", "bm25", "semantic", "contextual"]
+MODES = ("hybrid", "bm25", "semantic", "contextual")
+Ranking = Literal["bm25", "semantic", "contextual"]
 
 # bm25s's own default token pattern: words of two or more word characters
 _WORD = re.compile(r"\w\w+")
@@ -271,11 +276,20 @@ class Passage:
     end: int
 
 
+class SentenceEncoder(Protocol):
+    """Contextual embeddings: a whole sentence in, one vector out (recursa.core.contextual)."""
+
+    def encode(self, texts: list[str], *, remember: bool = True) -> Any:
+        """Unit vectors, one row per text."""
+        ...
+
+
 class SemanticIndex:
     """Passages of a context, searchable by words (BM25), meaning (embeddings) or both."""
 
     def __init__(self, context: Any, *, passage_tokens: int = PASSAGE_TOKENS,
-                 overlap_tokens: int = OVERLAP_TOKENS, embedder: WordEmbedder | None = None):
+                 overlap_tokens: int = OVERLAP_TOKENS, embedder: WordEmbedder | None = None,
+                 encoder: SentenceEncoder | None = None):
         if passage_tokens < 1 or not 0 <= overlap_tokens < passage_tokens:
             raise ValueError("need passage_tokens >= 1 and 0 <= overlap_tokens < passage_tokens")
         np, bm25s = _numpy(), _bm25s()
@@ -290,8 +304,10 @@ class SemanticIndex:
         spans: list[tuple[int, int]] = []
         plist: list[tuple[int, int]] = []      # passages as unit ranges [first, stop)
         pdoc: list[int] = []
+        units_per_doc: list[int] = []
         for d, (_, text) in enumerate(self.docs):
             us = units(text)
+            units_per_doc.append(len(us))
             first = len(spans)
             for s, e in us:
                 all_words += _WORD.findall(text, s, e)
@@ -305,6 +321,11 @@ class SemanticIndex:
         self.passages = [Passage(self.docs[d][0], spans[a][0], spans[b - 1][1])
                          for (a, b), d in zip(plist, pdoc, strict=True)]
         self._pdoc = pdoc
+        self._spans = spans
+        self._udoc = np.repeat(np.arange(len(self.docs), dtype=np.int64), units_per_doc)
+        self._encoder = encoder
+        self._ctx_lock = threading.Lock()
+        self._ctx_vecs: Any = None        # (units, 384): the contextual ranking, made on first use
         self._first = np.asarray([a for a, _ in plist], dtype=np.int64)
         self._stop = np.asarray([b for _, b in plist], dtype=np.int64)
         words = list(dict.fromkeys(all_words))          # the vocabulary, first seen first
@@ -313,6 +334,7 @@ class SemanticIndex:
                           count=len(all_words))
         del all_words
         ubound = np.asarray(bounds, dtype=np.int64)
+        self._worded = np.flatnonzero(np.diff(ubound) > 0)   # units with a word: encoded
 
         # 2. content words: lower-cased, stopwords out (for BM25 and for the embeddings)
         stop = frozenset(STOPWORDS_EN)
@@ -364,8 +386,9 @@ class SemanticIndex:
         """The best `k` passages for `query`: [{"id", "score", "text", "start", "end"}, plus
         "item" (list index / dict key) for list and dict contexts], best first.
 
-        mode "bm25": words only; "semantic": meaning only; "hybrid": both, fused by
-        reciprocal rank. An empty query or context gives []."""
+        mode "bm25": words only; "semantic": meaning by static word vectors; "contextual":
+        meaning by a sentence encoder (the `contextual` extra); "hybrid": the rankings of
+        `hybrid_rankings()`, fused by reciprocal rank. An empty query or context gives []."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         k = max(1, min(int(k), FUSE_DEPTH))
@@ -374,15 +397,32 @@ class SemanticIndex:
             return []
         return [self._hit(i, s) for i, s in self.rank(query, mode)[:k]]
 
+    def hybrid_rankings(self) -> tuple[Ranking, ...]:
+        """What "hybrid" fuses: BM25 and the static vectors, plus the contextual encoder when
+        its extra is installed and the context has at most HYBRID_CONTEXTUAL_MAX_UNITS
+        sentences (encoding costs ~20 ms a sentence on one core: docs/search.md)."""
+        from recursa.core import contextual
+        if (self._encoder is not None or contextual.available()) and \
+                len(self._spans) <= HYBRID_CONTEXTUAL_MAX_UNITS:
+            return ("bm25", "semantic", "contextual")
+        return ("bm25", "semantic")
+
     def rank(self, query: str, mode: Mode = "hybrid") -> list[tuple[int, float]]:
         """[(passage id, score)], best first: each ranking's best FUSE_DEPTH passages with a
         score above 0 (hybrid: their union, scored by reciprocal rank fusion)."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if mode == "hybrid":
+            return self.fuse(query, self.hybrid_rankings())
+        return self.fuse(query, (mode,))
+
+    def fuse(self, query: str, rankings: Sequence[Ranking]) -> list[tuple[int, float]]:
+        """[(passage id, score)] of these rankings: one alone keeps its own scores; two or
+        more are fused by reciprocal rank (each contributing its best FUSE_DEPTH)."""
         np = _numpy()
-        lists = []
-        if mode in ("bm25", "hybrid"):
-            lists.append(self.bm25_scores(query))
-        if mode in ("semantic", "hybrid"):
-            lists.append(self.semantic_scores(query))
+        score_of = {"bm25": self.bm25_scores, "semantic": self.semantic_scores,
+                    "contextual": self.contextual_scores}
+        lists = [score_of[r](query) for r in rankings]
         if len(lists) == 1:
             scores = lists[0]
             return [(int(i), float(scores[i])) for i in _top(np, scores, FUSE_DEPTH)]
@@ -408,7 +448,42 @@ class SemanticIndex:
         q = self.query_vector(query)
         if q is None or not self.passages:
             return np.zeros(len(self.passages), dtype=np.float32)
-        sims = np.append(self.unit_vecs @ q, np.float32(-1.0))   # a sentinel past the end
+        return self._best_unit(np, self.unit_vecs @ q)
+
+    def contextual_scores(self, query: str) -> Any:
+        """Per passage, the cosine between the query and the passage's closest sentence, both
+        embedded by the contextual encoder (the sentences once per index, on first use)."""
+        np = _numpy()
+        if not self.passages or not _WORD.search(query):
+            return np.zeros(len(self.passages), dtype=np.float32)
+        vecs = self.contextual_vectors()
+        q = self._sentence_encoder().encode([query], remember=False)[0]
+        return self._best_unit(np, vecs @ q.astype(np.float32))
+
+    def contextual_vectors(self) -> Any:
+        """(units, 384) unit vectors of every sentence (0 for one without a word, as in the
+        static ranking); encoded on the first call (the cost of the contextual ranking: seconds
+        per hundred sentences on a busy 2-core machine: docs/search.md), under a lock."""
+        np = _numpy()
+        with self._ctx_lock:
+            if self._ctx_vecs is None:
+                texts = [self.docs[int(self._udoc[u])][1][slice(*self._spans[u])]
+                         for u in self._worded]
+                vecs = np.zeros((len(self._spans), 384), dtype=np.float32)
+                if texts:
+                    vecs[self._worded] = self._sentence_encoder().encode(texts, remember=False)
+                self._ctx_vecs = vecs
+            return self._ctx_vecs
+
+    def _sentence_encoder(self) -> SentenceEncoder:
+        if self._encoder is None:
+            from recursa.core.contextual import encoder
+            self._encoder = encoder()
+        return self._encoder
+
+    def _best_unit(self, np: Any, unit_scores: Any) -> Any:
+        """Per passage, the best of its units' scores."""
+        sims = np.append(unit_scores, np.float32(-1.0))   # a sentinel past the end
         # max over each passage's units [first, stop): reduceat over (first, stop) pairs
         edges = np.stack([self._first, self._stop], axis=1).ravel()
         return np.maximum.reduceat(sims, edges)[::2]

@@ -300,7 +300,7 @@ class Repl:
 
     def search(self, query: Any, k: int = 5, mode: str = "hybrid") -> list:
         """Passages of the context ranked by meaning and words (BM25 and embeddings, fused;
-        mode "bm25" or "semantic": one of them): [{"id", "score", "text", "start", "end"} +
+        mode "bm25", "semantic" or "contextual": one of them): [{"id", "score", "text", "start", "end"} +
         "item" for a list / dict context], best first; context[start:end]
         (context[item][start:end]) is the passage. The host builds the index on the first
         call (recursa/core/search_host.py)."""
