@@ -39,9 +39,10 @@ MIN_UNIT_CHARS = 40      # a shorter one joins the next (a lone "Yes." embeds as
 # keeps each list's first hits near the top (close to interleaving the two) while a passage
 # high in both still rises. docs/search.md gives the figures (and how 3 was chosen).
 RRF_K = 3
-# "hybrid" adds the contextual ranking up to this many sentences (~100k tokens): above it the
-# first search would spend minutes encoding (docs/search.md); mode="contextual" still can.
-HYBRID_CONTEXTUAL_MAX_UNITS = 4000
+# "hybrid" adds the contextual ranking up to this many sentences (~50k tokens, ~20 s of
+# encoding on a 2-core machine before the first search answers, twice that on one half as
+# fast): above it the default stays cheap (docs/search.md); mode="contextual" still can.
+HYBRID_CONTEXTUAL_MAX_UNITS = 2000
 FUSE_DEPTH = 100         # each ranking contributes its best this many passages
 EMBED_DIM = 256
 _BLOCK_ROWS = 4096       # vectors gathered at once when summing them (cache-sized)
