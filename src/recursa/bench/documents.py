@@ -8,10 +8,9 @@ Snapshot in src/recursa/bench/data/documents/ (README there), taken from
 
 from __future__ import annotations
 
-import hashlib
 from functools import cache
 
-from .realdata import DATA_DIR, SnapshotError
+from .realdata import DATA_DIR, SnapshotError, checked
 
 DOCUMENTS: dict[str, str] = {      # name -> SHA-256 of its UTF-8 text
     "GPL-3": "3972dc9744f6499f0f9b2dbf76696f2ae7ad8af9b23dde66d6af86c9dfb36986",
@@ -29,9 +28,5 @@ def document(name: str) -> str:
     path = DATA_DIR / "documents" / f"{name}.txt"
     if not path.is_file():
         raise SnapshotError(f"document {name!r} missing: {path}")
-    raw = path.read_bytes()
-    got = hashlib.sha256(raw).hexdigest()
-    if got != DOCUMENTS[name]:
-        raise SnapshotError(f"document {name!r} at {path} has SHA-256 {got}, pinned "
-                            f"{DOCUMENTS[name]}: the file changed")
-    return raw.decode("utf-8")
+    return checked(path.read_bytes(), DOCUMENTS[name], f"document {name!r} at {path}"
+                   ).decode("utf-8")

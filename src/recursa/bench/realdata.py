@@ -86,12 +86,18 @@ def records_bytes(name: str) -> bytes:
     if not path.is_file():
         raise SnapshotError(f"snapshot {name!r} missing: {path} (rebuild it with "
                             f"benchmarks/data/rebuild_{name}.py)")
-    raw = gzip.decompress(path.read_bytes())
+    return checked(gzip.decompress(path.read_bytes()), spec.records_sha256,
+                   f"snapshot {name!r} at {path}",
+                   f"; rebuild it with benchmarks/data/rebuild_{name}.py or update the pin on "
+                   "purpose")
+
+
+def checked(raw: bytes, pinned: str, what: str, fix: str = "") -> bytes:
+    """`raw`, or SnapshotError when its SHA-256 is not the `pinned` one (`what` names the file,
+    `fix` says how to mend it)."""
     got = hashlib.sha256(raw).hexdigest()
-    if got != spec.records_sha256:
-        raise SnapshotError(f"snapshot {name!r} at {path} has SHA-256 {got}, pinned "
-                            f"{spec.records_sha256}: the file changed; rebuild it with "
-                            f"benchmarks/data/rebuild_{name}.py or update the pin on purpose")
+    if got != pinned:
+        raise SnapshotError(f"{what} has SHA-256 {got}, pinned {pinned}: the file changed{fix}")
     return raw
 
 

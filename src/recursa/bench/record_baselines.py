@@ -32,6 +32,7 @@ from typing import Any
 from .lexicons import OTHER, keyword_kind
 from .realdata import records, split_of
 from .tasks.base import Instance
+from .tasks.doc_lookup import RealDocLookup
 from .tasks.real import KINDS, REAL_TASKS, SITE_CHOICES, records_in
 
 LABEL_BASELINES = ("lexicon", "embed", "classifier")
@@ -44,7 +45,7 @@ KIND_DESCRIPTIONS: dict[str, tuple[str, ...]] = {
     "noun.food": ("a food or a drink",), "noun.person": ("a person",),
     OTHER: ("an object or a tool", "a place", "an abstract idea")}
 REAL_NAMES = frozenset(t.name for t in REAL_TASKS)
-LOOKUP_NAMES = frozenset({"real_doc_lookup"})
+LOOKUP_NAMES = frozenset({RealDocLookup.name})
 
 
 # judge_agg's synthetic reviews (tasks/_reviews.py): the two baselines that need no labels label

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..documents import document
-from ..realdata import TEST_SEED_BASE
+from ..realdata import TEST_SEED_BASE, split_for_seed
 from .base import Instance, Score, Task, answer_segment, estimate_tokens
+from .real import check_seed
 from .strict import MAX_ANSWER_WORDS, contains_words, is_dump
 
 NUMBER_WORDS = {"3": "three", "5": "five", "25": "twenty-five", "30": "thirty", "60": "sixty"}
@@ -98,7 +99,7 @@ LOOKUPS: dict[str, tuple[Lookup, ...]] = {
 
 def lookup_for(seed: int) -> tuple[str, int, Lookup]:
     """(split, index, lookup) of a seed: dev below 1000, test from 1000, cycling its list."""
-    split = "test" if seed >= TEST_SEED_BASE else "dev"
+    split = split_for_seed(seed)
     items = LOOKUPS[split]
     i = (seed - (TEST_SEED_BASE if split == "test" else 0)) % len(items)
     return split, i, items[i]
@@ -126,10 +127,9 @@ class RealDocLookup(Task):
 
     def generate(self, seed: int = 0, length_tokens: int | None = None, *,
                  split: str | None = None, **options: Any) -> Instance:
+        if split is not None:
+            check_seed(seed, split)
         got_split, i, q = lookup_for(seed)
-        if split is not None and split != got_split:
-            raise ValueError(f"seed {seed} is a {got_split} seed (dev below {TEST_SEED_BASE}, "
-                             f"test from {TEST_SEED_BASE}); asked for split {split!r}")
         text = document(q.doc)
         return Instance(
             id=f"{self.name}-{got_split}-{seed}", task=self.name, query=q.question, context=text,

@@ -92,7 +92,7 @@ def check_seed(seed: int, split: str) -> None:
                          f"(got {seed}): use --seed {TEST_SEED_BASE} or more, or --split dev")
     if split == "dev" and seed >= TEST_SEED_BASE:
         raise ValueError(f"dev seeds of the real-label families are below {TEST_SEED_BASE} "
-                         f"(got {seed})")
+                         f"(got {seed}, a test seed)")
 
 
 # ---------------------------------------------------------------- drawing records
