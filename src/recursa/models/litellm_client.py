@@ -26,12 +26,18 @@ _PASSTHROUGH = ("top_p", "seed", "reasoning_effort", "response_format", "presenc
 
 def _import_litellm(name: str) -> Any:
     # LiteLLM fetches its model price map from the internet at import unless told not to;
-    # recursa runs offline-capable and uses the copy bundled with the package.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # recursa runs offline-capable and uses the copy bundled with the package. The variable is
+    # read at import only, so it is set for the import and the user's environment restored.
+    ours = "LITELLM_LOCAL_MODEL_COST_MAP" not in os.environ
+    if ours:
+        os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     try:
         import litellm
     except ImportError as e:
         raise MissingExtra("litellm", name, module="litellm") from e
+    finally:
+        if ours:
+            os.environ.pop("LITELLM_LOCAL_MODEL_COST_MAP", None)
     litellm.suppress_debug_info = True
     return litellm
 
