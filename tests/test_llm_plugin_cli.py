@@ -95,11 +95,16 @@ def test_progress_goes_to_stderr_never_into_the_answer(run_llm, tmp_path: Path, 
     assert r.stdout == "str of 184 chars\n"                  # the answer, and nothing else
     assert "turn 1: 1 code block(s)" in r.stderr and "turn 2: 1 code block(s)" in r.stderr
     assert "mode: code (auto: the root is a large model)" in r.stderr
-    assert "recursa: status final  turns 2  sub-calls 0  tokens " in r.stderr
+    end = r.stderr.splitlines()[-1]
+    assert end.startswith("recursa: status final  turns 2  sub-calls 0  tokens ")
+    assert "cost $0.0000" in end          # a scripted model is free; an unpriced one says "cost ?"
     # click's runner gives no terminal: without the option, no progress
     quiet = run_llm(*base)
     assert quiet.stdout == r.stdout and quiet.stderr == ""
     assert run_llm(*base, "-o", "progress", "false").stderr == ""
+    # llm's stored default options for the model id apply too
+    run_llm("models", "options", "set", "recursa", "progress", "true")
+    assert "turn 1: 1 code block(s)" in run_llm(*base).stderr
 
 
 def test_progress_follows_the_terminal(tmp_path: Path) -> None:
@@ -156,8 +161,12 @@ def test_a_price_makes_a_cost_limit_usable(run_llm, tmp_path: Path, doc: Path) -
     reply = "```repl\nFINAL('pump 7')\n```"
     with OpenAITestServer(responder=lambda req: reply) as srv:
         base = ("-m", "recursa", "-o", "model", "openai:test-model", "-o", "base_url",
-                srv.base_url, "-o", "sandbox", "inprocess", "-o", "max_cost", "0.5",
-                "Which pump?", "-f", str(doc))
+                srv.base_url, "-o", "sandbox", "inprocess", "Which pump?", "-f", str(doc))
+        unpriced = run_llm(*base, "-o", "progress", "true")      # no cost limit: it runs
+        assert unpriced.stdout.strip() == "pump 7"
+        assert "cost ?" in unpriced.stderr and "give one with -o price IN/OUT" in unpriced.stderr
+        base += ("-o", "max_cost", "0.5")
+        srv.reset()
         refused = run_llm(*base, ok=False)
         assert refused.exit_code != 0 and srv.request_count == 0
         assert "no price for openai:test-model" in refused.stderr

@@ -91,7 +91,8 @@ class RecursaModel(llm.Model):
         max_depth: int | None = Field(None, description="depth of rlm_query (default 1)", ge=0)
         max_subcalls: int | None = Field(None, description="sub-calls across the run", ge=0)
         max_tokens: int | None = Field(None, description="tokens across the run", ge=1)
-        max_cost: float | None = Field(None, description="USD across the run", gt=0)
+        max_cost: float | None = Field(None, description="USD across the run (every model "
+                                       "needs a price: see price)", gt=0)
         max_seconds: float | None = Field(None, description="wall time of the run", gt=0)
         cell_timeout: float | None = Field(None, description="seconds of code time per cell",
                                            gt=0)
