@@ -57,6 +57,9 @@ def run_llm(warm: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
         monkeypatch.delenv(var, raising=False)
     (tmp_path / "llm-home").mkdir()
     name = "recursa-under-test"
+    installed = pm.get_plugin("recursa")       # an installed llm-recursa would answer instead
+    if installed is not None:
+        pm.unregister(name="recursa")
     pm.register(plugin, name=name)
 
     def run(*args: str, ok: bool = True) -> Result:
@@ -68,6 +71,8 @@ def run_llm(warm: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
         yield run
     finally:
         pm.unregister(name=name)
+        if installed is not None:
+            pm.register(installed, name="recursa")
 
 
 def script(tmp_path: Path, replies: list[str], name: str = "s.json") -> str:
