@@ -37,7 +37,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
                         "--target", str(target), str(PLUGIN)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
+    # what the build leaves in the checkout (the egg-info would make a PYTHONPATH holding
+    # plugins/llm-recursa register the plugin as installed)
     shutil.rmtree(PLUGIN / "build", ignore_errors=True)
+    shutil.rmtree(PLUGIN / "llm_recursa.egg-info", ignore_errors=True)
     assert (target / "llm_recursa.py").exists()
     return target
 

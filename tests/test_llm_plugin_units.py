@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ _PATH = Path(__file__).resolve().parents[1] / "plugins" / "llm-recursa" / "llm_r
 _spec = importlib.util.spec_from_file_location("llm_recursa_under_test", _PATH)
 assert _spec is not None and _spec.loader is not None
 plugin = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = plugin      # as an import does: pydantic resolves Options' hints there
 _spec.loader.exec_module(plugin)
 
 
@@ -40,3 +42,46 @@ def test_fragments_and_question_are_told_apart() -> None:
     assert plugin._context_and_query(bare) == (None, "just a question")
     with pytest.raises(llm.ModelError, match="give a question"):
         plugin._context_and_query(llm.Prompt("", model, fragments=[llm.Fragment("x", "a")]))
+
+
+def test_each_option_reaches_rlm_under_its_cli_name(tmp_path: Path, monkeypatch) -> None:
+    """What RLM(...) receives for each -o option: the arguments `recursa run`'s flags give
+    (recursa.options.RLMOptions.rlm_kwargs), so the plugin and the CLI run alike."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "recursa").mkdir()
+    (tmp_path / "recursa" / "config.toml").write_text('[aliases]\nsmall = "openai:tiny"\n')
+    from recursa import RLM
+    from recursa.options import RLMOptions
+    opts = plugin.RecursaModel.Options
+
+    def sent(**options: object) -> dict:
+        return plugin.rlm_arguments(opts(**options), "openai:big", None)
+
+    plain = sent()
+    assert {k: plain[k] for k in ("model", "sub_model", "tips")} == \
+        {"model": "openai:big", "sub_model": "openai:big", "tips": None}
+    assert not {"strategy", "route", "sources", "prices", "sandbox"} & set(plain)  # RLM's defaults
+    cases = [({"strategy": "plan"}, {"strategy": "plan"}),
+             ({"route": "auto", "route_threshold": 500}, {"route": "auto", "route_threshold": 500}),
+             ({"sources": True}, {"sources": True}),
+             ({"price": "0.15/0.6"}, {"prices": {"openai:big": (0.15, 0.6)}}),
+             ({"price": "1/2,small=0.1/0.2", "sub_model": "small"},
+              {"prices": {"openai:big": (1.0, 2.0), "openai:tiny": (0.1, 0.2)},
+               "sub_model": "openai:tiny"}),
+             ({"max_cost": 0.5, "max_iterations": 3}, {"max_cost_usd": 0.5, "max_iterations": 3}),
+             ({"sandbox": "inprocess", "trace": "t.jsonl"},
+              {"sandbox": "inprocess", "trace_path": "t.jsonl"}),
+             ({"max_answer_tokens": 50}, {"model_options": {"max_tokens": 50},
+                                          "sub_model_options": {"max_tokens": 50}})]
+    for options, want in cases:
+        got = sent(**options)
+        assert {k: got.get(k) for k in want} == want, options
+    assert not sent(sources=False).get("sources")
+    # the CLI's flags give RLM the same values
+    cli = RLMOptions(model="openai:big", strategy="plan", route="auto", route_threshold=500,
+                     prices=[(None, 0.15, 0.6)], max_cost_usd=0.5).rlm_kwargs()
+    mine = sent(strategy="plan", route="auto", route_threshold=500, price="0.15/0.6",
+                max_cost=0.5)
+    for k in ("strategy", "route", "route_threshold", "prices", "max_cost_usd"):
+        assert mine[k] == cli[k], k
+    RLM(**mine)          # and RLM takes them all
