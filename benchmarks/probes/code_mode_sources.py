@@ -5,6 +5,9 @@ right answer with answer['ready'] = True and no sources, and sent the same commi
 hold showed it FINAL(answer['content'], sources=[pieces[0]]) (docs/sources.md). It ran in make test
 as a non-strict xfail, which could not fail and cost 74 s a run on a machine half as fast.
 
+Run 2026-12-06 (a loaded machine, load average ~15): answer 'KEEP', status extracted, 3 turns,
+312 s, no sources: the 1.5B did not commit the password at all this time.
+
 The root's first turn (the search and a sub-call) is scripted, as the 1.5B itself wrote it in a
 real run; the model writes every turn after it, including the commit.
 
