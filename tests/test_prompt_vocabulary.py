@@ -14,6 +14,8 @@ import pytest
 from recursa.bench.baselines import STOPWORDS
 from recursa.bench.tasks import TASKS, get_task
 from recursa.core import combinators, plan_answers, planner, prompts
+from recursa.core.plans import KINDS
+from recursa.core.plans.repl import answers, common, sources
 
 # English function words, and words every prompt about records and questions needs, whatever
 # the family: neither says which family a prompt was written for
@@ -59,6 +61,11 @@ def family_vocabulary(name: str, seeds: range = range(6)) -> set[str]:
     return vocab - GENERIC
 
 
+def repl_code() -> str:
+    """All the REPL-side code the plans send (its strings reach leaves as instructions)."""
+    return sources(common, answers, *(f for k in KINDS.values() for f in k.repl))
+
+
 def prompt_texts() -> dict[str, str]:
     """Every fixed text recursa writes into a model's prompt."""
     return {
@@ -70,7 +77,7 @@ def prompt_texts() -> dict[str, str]:
         "plan system": planner.PLAN_SYSTEM, "plan user": planner.PLAN_USER,
         "plan results": planner.RESULTS, "plan answer": planner.ANSWER_SYSTEM,
         "plan code's texts": " ".join(
-            n.value for n in ast.walk(ast.parse(planner._PRELUDE))
+            n.value for n in ast.walk(ast.parse(repl_code()))
             if isinstance(n, ast.Constant) and isinstance(n.value, str)),
         "query leaf": planner.QUERY_LEAF,
         "count system": plan_answers.COUNT_SYSTEM,
