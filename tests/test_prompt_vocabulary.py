@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 import pytest
 
+from recursa import core
 from recursa.bench.baselines import STOPWORDS
 from recursa.bench.tasks import TASKS, get_task
 from recursa.core import combinators, plan_answers, planner, prompts
@@ -100,3 +102,31 @@ def test_the_vocabulary_check_can_fail():
     vocab = family_vocabulary("judge_agg")
     assert {"shop", "complaint"} <= vocab
     assert {"shop", "complaint"} <= _words("Which Shop had the most complaint records?")
+
+
+# "two_hop" names a plan kind and a task family alike: it is the general term for a question
+# whose answer keys a second lookup, and the plan's name is what the root writes (in the
+# planning prompt and the constrained schema), so renaming it would change the root's input
+GENERAL_TERMS = {"two_hop"}
+CORE = Path(core.__file__).parent
+
+
+def core_names_of_families(text: str) -> list[str]:
+    """The task families `text` names (GENERAL_TERMS aside) and the seeds it cites."""
+    found = [n for n in sorted(set(TASKS) - GENERAL_TERMS)
+             if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)]
+    return found + re.findall(r"(?i)\b(?:dev|test) seeds? \d+|\bseeds? \d+", text)
+
+
+def test_the_core_names_no_task_family_and_cites_no_seed():
+    """The core's source (code, comments, REPL-side modules) says why without naming the
+    benchmark that showed it: a family's name or seed in the core ties the method to it."""
+    found = {str(p.relative_to(CORE)): hits for p in sorted(CORE.rglob("*.py"))
+             if (hits := core_names_of_families(p.read_text()))}
+    assert not found, f"task families or seeds named in recursa.core: {found}"
+
+
+def test_the_family_name_check_can_fail():
+    assert core_names_of_families("overflowed (judge_pairs test seed 4)") == [
+        "judge_pairs", "test seed 4"]
+    assert core_names_of_families("a two_hop plan, para_niah_mv") == ["para_niah_mv"]

@@ -169,7 +169,7 @@ def request(env: RunEnv, query: str, description: str) -> tuple[list[dict[str, A
 
 # What a query that needs a label on every record asks for: a count, a most / least, a
 # comparison or pairs. Without one of these words, a labelling plan is a misread of the query
-# (a 1.5B root answered "what code opens the bike shed?" with label_count over 119 records).
+# (a 1.5B root answered a lookup, "what code opens the ...?", with label_count over 119 records).
 _AGGREGATE = re.compile(
     r"\b(how many|how much|count|counts|counting|number of|numbers of|most|least|fewest|fewer|"
     r"more(?! than one)|less|majority|minority|proportion|percentage|share|ratio|average|total|"
@@ -179,7 +179,7 @@ _AGGREGATE = re.compile(
 
 # A quantity the text states is a lookup, not a count of records: "within how many days",
 # "how many words may a cover text have at most", "for at least how long". These phrases are
-# taken out before the aggregate test (a 1.5B root read "how many days" in a licence as a count
+# taken out before the aggregate test (a 1.5B root read "how many days" in a legal text as a count
 # of every line, issue 34).
 # Units counted as records when a verb of their own follows ("how many days had an outage").
 _MEASURE = re.compile(

@@ -48,17 +48,17 @@ class LabelCount(BaseModel):
 
 def plain_opposite(label: str, opposite: str) -> str:
     """The opposite side as a leaf is asked it: "other" in place of the label negated by a
-    word ("non-food", "not an animal", "no animal", "without food"). The 1.5B picks a side that
-    repeats the record's topic word: asked "non-food or food?" it found 12 of 30 dev foods,
-    "other or food?" 25 of 30; for animals 1 of 30 against 27 of 30
-    (benchmarks/probes/opposite.py). An antonym of its own ("unfavourable", "unhappy") is kept:
+    word ("non-X", "not an X", "no X", "without X"). The 1.5B picks a side that repeats the
+    record's topic word: asked "non-X or X?" it found 12 of 30 dev records of one topic X,
+    "other or X?" 25 of 30; for a second topic 1 of 30 against 27 of 30
+    (benchmarks/probes/opposite.py). An antonym of its own ("intact" for "cracked") is kept:
     against "other" it halved the false positives at the same recall on dev records
     (benchmarks/probes/opposite_words.py: 0.37 against 0.77, 0.33 against 0.53)."""
     lab, opp = label.strip(), opposite.strip()
     stem = re.sub(r"[^a-z]", "", lab.lower())[:4]
     negated = re.match(r"(?i)\s*(non|not|no|without)\b[\s-]*(an?\s+|the\s+)?(.*)$", opp)
     if len(stem) == 4 and negated and stem in re.sub(r"[^a-z]", "", negated.group(3).lower()):
-        return "other"      # the label negated: non-food, not an animal, without food
+        return "other"      # the label negated: non-X, not an X, without X
     return opp
 
 

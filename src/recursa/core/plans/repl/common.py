@@ -77,7 +77,7 @@ _PLAN_GUESS = ("Write one short sentence, in plain everyday words, that a docume
                "this question might contain (invent the details): ")
 _PLAN_K, _PLAN_BEFORE, _PLAN_AFTER = 6, 300, 1500
 # what one reader reads: about 300 tokens. Given a whole widened window (~900 tokens of a
-# licence) the 1.5B replied "none" for the sentence that held the answer, and given the hit's
+# legal text) the 1.5B replied "none" for the sentence that held the answer, and given the hit's
 # own passage it was right on 7 of 8 dev lookups (issue 34, dev probe 2026-12-06)
 _PLAN_PIECE = 320
 
@@ -127,7 +127,7 @@ def _plan_chunks(keywords: list[str]) -> list[str]:
 
 
 # a reader's "no answer here" in its own words ("The text does not specify a limit ...")
-# ("The license steward of this licence is none.")
+# ("The steward of this document is none.")
 _PLAN_NONE = re.compile(r"(?i)(^|\W)none$|text (does not|doesn't|did not) (say|state|specify|"
                         r"mention|provide|give|include|contain)|not (specified|stated|mentioned)"
                         r"( in the text)?$|\bno (information|mention)\b")
@@ -162,8 +162,8 @@ def _plan_retrieve(question: str, keywords: list[str], dry: bool) -> Any:
 
 # ------------------------------------------------------------------ labelling every record
 # unsaid condition words that make the leaves judge the query's own words: one word more than
-# the labels say is most often a synonym or an alternative the labels stand for ("food" for
-# "a food or a drink"); several are a condition the labels lost
+# the labels say is most often a synonym or an alternative the labels stand for ("tool" for
+# "a tool or a machine"); several are a condition the labels lost
 _PLAN_UNSAID_MIN = 2
 
 
