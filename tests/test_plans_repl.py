@@ -1,4 +1,4 @@
-"""The REPL-side plan code (recursa.core.plans.repl and each kind's functions) is sent as source:
+"""The REPL-side plan code (recursa.core.strategies.plans.repl and each kind's functions) is sent as source:
 what is sent compiles, carries nothing only the checkers need, and reads no name the REPL does
 not hold (recursa.sandbox.worker.Repl's namespace, the code's own definitions, or what an earlier
 plan step leaves there)."""
@@ -11,9 +11,10 @@ import sys
 
 import pytest
 
-from recursa.core import plan_answers, planner
-from recursa.core.plans import KINDS, parse, plan_code
-from recursa.core.plans.repl import answers, common, source
+from recursa.core.strategies import plan as planner
+from recursa.core.strategies.plans import KINDS, parse, plan_code
+from recursa.core.strategies.plans import answer_steps as plan_answers
+from recursa.core.strategies.plans.repl import answers, common, source
 from recursa.sandbox.worker import Repl, StreamRouter
 
 PLANS = {

@@ -15,9 +15,11 @@ import pytest
 from recursa import core
 from recursa.bench.baselines import STOPWORDS
 from recursa.bench.tasks import TASKS, get_task
-from recursa.core import combinators, plan_answers, planner, prompts
-from recursa.core.plans import KINDS
-from recursa.core.plans.repl import answers, common, sources
+from recursa.core import combinators, prompts
+from recursa.core.strategies import plan as planner
+from recursa.core.strategies.plans import KINDS
+from recursa.core.strategies.plans import answer_steps as plan_answers
+from recursa.core.strategies.plans.repl import answers, common, sources
 
 # English function words, and words every prompt about records and questions needs, whatever
 # the family: neither says which family a prompt was written for

@@ -299,7 +299,9 @@ class Run:
             mode, why = choose(self.env.strategy, self.env.root_client.name)
             self.rec.note(strategy=mode, strategy_reason=why)
             if mode == "plan":
-                from recursa.core import planner  # its plan models: ~12 ms to import
+                from recursa.core.strategies import (
+                    plan as planner,  # its plan models: ~12 ms to import
+                )
                 # a typed plan runs first; when the root answers from its results, that is all
                 if await planner.run_plan(self, self.description):
                     return await self.close()

@@ -1,6 +1,6 @@
 """`label_count`: judge every record as a label or its opposite, then count the judgements by
 code, over all the records and per value of one record field; the root then chooses which count
-answers the query (`recursa.core.plan_answers`) and code computes it."""
+answers the query (`recursa.core.strategies.plans.answer_steps`) and code computes it."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from recursa.core import plan_answers as pa
-from recursa.core.plans.base import AnswerStep, Body, Label, PlanKind
+from recursa.core.strategies.plans import answer_steps as pa
+from recursa.core.strategies.plans.base import AnswerStep, Body, Label, PlanKind
 
 if TYPE_CHECKING:
-    from recursa.core.plans.repl.names import plan_labels, record_labels, records
+    from recursa.core.strategies.plans.repl.names import plan_labels, record_labels, records
 
 
 def _word(x: str) -> str:

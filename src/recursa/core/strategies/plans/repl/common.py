@@ -14,7 +14,14 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from recursa.core.plans.repl.names import chunk, context, llm_filter, llm_map, llm_query, search
+    from recursa.core.strategies.plans.repl.names import (
+        chunk,
+        context,
+        llm_filter,
+        llm_map,
+        llm_query,
+        search,
+    )
 
 plan_read: list[tuple[str, str]] = []   # (piece, reader's answer) of every read: a retrieval's sources
 # set by the functions below (declared for the checkers only: nothing is sent for them)

@@ -1,10 +1,10 @@
 """What a plan kind is: its typed model, its line in the planning prompt, and how it runs.
 
-A kind is one module of `recursa.core.plans` holding a pydantic model (the slots the root fills,
-with `plan: Literal["<name>"]`) and a `PlanKind` row for the registry (`recursa.core.plans`).
+A kind is one module of `recursa.core.strategies.plans` holding a pydantic model (the slots the root fills,
+with `plan: Literal["<name>"]`) and a `PlanKind` row for the registry (`recursa.core.strategies.plans`).
 Its REPL-side functions are plain typed Python in the same module, sent by source
-(`recursa.core.plans.repl.source`); they may use only the REPL's names and the shared helpers of
-`recursa.core.plans.repl.common`.
+(`recursa.core.strategies.plans.repl.source`); they may use only the REPL's names and the shared helpers of
+`recursa.core.strategies.plans.repl.common`.
 """
 
 from __future__ import annotations

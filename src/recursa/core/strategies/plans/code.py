@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from recursa.core.plans.base import PlanKind
+from recursa.core.strategies.plans.base import PlanKind
 
 
 class CodeInstead(BaseModel):

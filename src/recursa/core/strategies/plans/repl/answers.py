@@ -10,7 +10,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from recursa.core.plans.repl.names import (
+    from recursa.core.strategies.plans.repl.names import (
         id_counts,
         id_unlabelled,
         label_counts,

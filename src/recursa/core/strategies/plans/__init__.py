@@ -1,7 +1,7 @@
 """The plan library: one module per plan kind, registered in `KINDS`.
 
 A new plan kind is one module (its pydantic model, its prompt line, its REPL code; see
-`recursa.core.plans.base`) plus one row below. The order of the rows is the order the root
+`recursa.core.strategies.plans.base`) plus one row below. The order of the rows is the order the root
 reads them in the planning prompt and in the plans' JSON schema; `code` (no plan fits) stays
 last.
 """
@@ -14,9 +14,9 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from recursa.core.plans import code, label_count, pairs, retrieve_read, two_hop
-from recursa.core.plans.base import PlanKind
-from recursa.core.plans.repl import common, sources
+from recursa.core.strategies.plans import code, label_count, pairs, retrieve_read, two_hop
+from recursa.core.strategies.plans.base import PlanKind
+from recursa.core.strategies.plans.repl import common, sources
 
 KINDS: dict[str, PlanKind] = {k.name: k for k in (
     retrieve_read.KIND,

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from recursa.base.types import Message
-from recursa.core.plans.repl import answers, source, sources
+from recursa.core.strategies.plans.repl import answers, source, sources
 
 # After a labelling plan, the root names which count answers the query (a typed choice, like
 # the plan), and the runtime computes it from the counts in the REPL, taking the groups the

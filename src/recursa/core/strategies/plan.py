@@ -25,7 +25,18 @@ from recursa.base.types import BudgetExceeded, Cell, Message, ModelClient, Model
 from recursa.core import prompts
 from recursa.core.budget import Budget, Ledger
 from recursa.core.dispatch import Dispatcher, Node
-from recursa.core.plan_answers import (  # noqa: F401  (the answer steps, named here for probes)
+from recursa.core.recorder import RunRecorder
+from recursa.core.state import RunState
+from recursa.core.strategies.plans import (
+    KINDS,
+    PLAN,
+    describe,
+    kind_of,
+    parse,
+    plan_code,
+    plan_schema,
+)
+from recursa.core.strategies.plans.answer_steps import (  # noqa: F401  (named here for the probes)
     COUNT_MAX_TOKENS,
     PAIR_MAX_TOKENS,
     CountChoice,
@@ -40,10 +51,9 @@ from recursa.core.plan_answers import (  # noqa: F401  (the answer steps, named 
     parse_pair_rule,
     scalar_answer,
 )
-from recursa.core.plans import KINDS, PLAN, describe, kind_of, parse, plan_code, plan_schema
-from recursa.core.plans.base import AnswerStep
-from recursa.core.plans.code import CodeInstead
-from recursa.core.plans.label_count import (  # noqa: F401
+from recursa.core.strategies.plans.base import AnswerStep
+from recursa.core.strategies.plans.code import CodeInstead
+from recursa.core.strategies.plans.label_count import (  # noqa: F401
     QUERY_LEAF,
     LabelCount,
     condition_phrase,
@@ -51,13 +61,11 @@ from recursa.core.plans.label_count import (  # noqa: F401
     leaf_question,
     plain_opposite,
 )
-from recursa.core.plans.pairs import Pairs  # noqa: F401
-from recursa.core.plans.repl import answers as repl_answers
-from recursa.core.plans.repl import source
-from recursa.core.plans.retrieve_read import RetrieveRead
-from recursa.core.plans.two_hop import TwoHop  # noqa: F401
-from recursa.core.recorder import RunRecorder
-from recursa.core.state import RunState
+from recursa.core.strategies.plans.pairs import Pairs  # noqa: F401
+from recursa.core.strategies.plans.repl import answers as repl_answers
+from recursa.core.strategies.plans.repl import source
+from recursa.core.strategies.plans.retrieve_read import RetrieveRead
+from recursa.core.strategies.plans.two_hop import TwoHop  # noqa: F401
 from recursa.obs.trace import Tracer
 
 __all__ = ["KINDS", "PLAN", "describe", "parse", "plan_code", "plan_schema", "run_plan"]

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from recursa.core.plans.base import Body, Label, PlanKind, Text
+from recursa.core.strategies.plans.base import Body, Label, PlanKind, Text
 
 
 class RetrieveRead(BaseModel):

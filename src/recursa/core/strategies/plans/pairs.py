@@ -1,5 +1,5 @@
 """`pairs`: label every record, then pair the ids of records whose labels are kept; the root then
-writes the condition on each id of a pair (`recursa.core.plan_answers`) and code lists them."""
+writes the condition on each id of a pair (`recursa.core.strategies.plans.answer_steps`) and code lists them."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from recursa.core import plan_answers as pa
-from recursa.core.plans.base import AnswerStep, Body, Label, Labels, PlanKind, Text
-from recursa.core.plans.label_count import label_call, leaf_question
+from recursa.core.strategies.plans import answer_steps as pa
+from recursa.core.strategies.plans.base import AnswerStep, Body, Label, Labels, PlanKind, Text
+from recursa.core.strategies.plans.label_count import label_call, leaf_question
 
 if TYPE_CHECKING:
-    from recursa.core.plans.repl.names import pairs, plan_labels, record_labels, records
+    from recursa.core.strategies.plans.repl.names import pairs, plan_labels, record_labels, records
 
 
 class Pairs(BaseModel):

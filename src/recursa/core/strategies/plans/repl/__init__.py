@@ -5,7 +5,7 @@ other; what is sent is their source, read back with `inspect`, with the lines th
 for the checkers taken out: the module docstring, imports (the REPL already holds `re`, `json`,
 `collections` and its helpers), `if TYPE_CHECKING:` blocks and annotations (the names they use,
 such as `Any`, are not in the REPL). A REPL-side module may use only what the REPL namespace
-holds (`recursa.sandbox.worker.Repl`): the names `recursa.core.plans.repl.names` declares.
+holds (`recursa.sandbox.worker.Repl`): the names `recursa.core.strategies.plans.repl.names` declares.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from recursa.core.plans.base import Body, PlanKind, Text
+from recursa.core.strategies.plans.base import Body, PlanKind, Text
 
 if TYPE_CHECKING:
-    from recursa.core.plans.repl.common import _plan_add, _plan_retrieve
+    from recursa.core.strategies.plans.repl.common import _plan_add, _plan_retrieve
 
 
 class TwoHop(BaseModel):

@@ -1,0 +1,1 @@
+"""How the root works, beside the engine: the strategies (the plan mode)."""
