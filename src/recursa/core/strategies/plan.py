@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Protocol
+from typing import Any
 
-from recursa.base.types import BudgetExceeded, Cell, Message, ModelClient, ModelError
+from recursa.base.types import BudgetExceeded, Message, ModelError
 from recursa.core import prompts
-from recursa.core.budget import Budget, Ledger
-from recursa.core.dispatch import Dispatcher, Node
-from recursa.core.recorder import RunRecorder
-from recursa.core.state import RunState
+from recursa.core.strategies import Run, RunEnv
 from recursa.core.strategies.plans import (
     KINDS,
     PLAN,
@@ -66,43 +63,10 @@ from recursa.core.strategies.plans.repl import answers as repl_answers
 from recursa.core.strategies.plans.repl import source
 from recursa.core.strategies.plans.retrieve_read import RetrieveRead
 from recursa.core.strategies.plans.two_hop import TwoHop  # noqa: F401
-from recursa.obs.trace import Tracer
 
-__all__ = ["KINDS", "PLAN", "describe", "parse", "plan_code", "plan_schema", "run_plan"]
+__all__ = ["KINDS", "PLAN", "PLAN_MODE", "describe", "parse", "plan_code", "plan_schema",
+           "run_plan"]
 
-
-class RunEnv(Protocol):
-    """What the plan step reads of a run's shared settings (recursa.core.loop.RunEnv)."""
-
-    budget: Budget
-    ledger: Ledger
-    tracer: Tracer
-    dispatcher: Dispatcher
-    root_client: ModelClient
-    root_options: dict[str, Any]
-    max_output_chars: int
-    strategy: str
-    output: Any            # the answer's type (recursa.core.output), or None
-    sources: bool
-
-
-class Run(Protocol):
-    """What the plan step uses of a run (recursa.core.loop.Run): no import of the loop, which
-    calls this module."""
-
-    st: RunState
-    rec: RunRecorder
-    query: str
-    depth: int
-    node: Node
-
-    @property
-    def env(self) -> RunEnv: ...
-
-    @property
-    def messages(self) -> list[Message]: ...
-
-    async def run_cell(self, code: str) -> Cell: ...
 
 PLAN_MAX_TOKENS = 400
 
@@ -228,6 +192,18 @@ def read_plan(text: str, query: str) -> Any:
 
 
 # ------------------------------------------------------------------ the planned step
+class PlanMode:
+    """The plan mode as a strategy (recursa.core.strategies.Strategy)."""
+
+    name = "plan"
+
+    async def begin(self, run: Run) -> bool:
+        return await run_plan(run, run.description)
+
+
+PLAN_MODE = PlanMode()
+
+
 async def run_plan(run: Run, description: str) -> bool:
     """The plan turn of `run` (a top-level run in plan mode): ask, bound, run, and put the
     results (or why there are none) into the root's first message; then the root answers
