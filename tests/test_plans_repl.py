@@ -95,3 +95,15 @@ def test_a_repl_module_is_sent_without_its_checker_lines():
     assert code.startswith("plan_read = []")         # the docstring and imports are not sent
     assert "def _plan_retrieve(question, keywords, dry):" in code
     assert "def _plan_sourced(final):" in source(answers._plan_sourced)
+
+
+def test_the_planning_prompt_and_schema_are_built_from_the_registry():
+    """A kind's row is all the planner needs: its prompt line, in the registry's order, and its
+    model in the schema the root's reply is constrained by."""
+    from recursa.core.strategies.plans import plan_schema
+    lines = [k.prompt for k in KINDS.values()]
+    assert planner.PLAN_SYSTEM.endswith("\n".join(lines))
+    at = [planner.PLAN_SYSTEM.index(x) for x in lines]
+    assert at == sorted(at)
+    consts = [v["properties"]["plan"]["const"] for v in plan_schema()["oneOf"]]
+    assert consts == list(KINDS)

@@ -10,9 +10,10 @@ into the root's first message, and the root answers from them in the usual code 
 may also write code of its own). A plan the model cannot fill, a bound over the budget or a
 failed plan falls back to the code mode, saying so.
 
-Plans: `retrieve_read` (find the pieces that answer a question and read them), `label_count`
-(label every record from a fixed set, then count by code), `two_hop` (a lookup whose answer is
-the key of a second lookup) and `pairs` (label records, then pair their ids by code).
+Plans: the kinds registered in `recursa.core.strategies.plans` (`retrieve_read`: find the pieces
+that answer a question and read them; `label_count`: label every record from a fixed set, then
+count by code; `two_hop`: a lookup whose answer is the key of a second lookup; `pairs`: label
+records, then pair their ids by code). This module chooses and runs them.
 """
 
 from __future__ import annotations

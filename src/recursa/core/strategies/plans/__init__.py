@@ -68,9 +68,10 @@ def plan_schema() -> dict[str, Any]:
     return inline(raw)
 
 
-# the plan's helpers leave the REPL; its results stay
-TIDY = ("for _n in [n for n in globals() if n.startswith(('_plan', '_PLAN', '_b1', "
-        "'_keep', '_ranked', '_l', 'plan_bound'))]:\n    del globals()[_n]\ndel _n")
+# the plan's helpers (every name the REPL-side code defines starts with _plan or _PLAN) leave
+# the REPL; its results stay
+TIDY = ("for _n in [n for n in globals() if n.startswith(('_plan', '_PLAN', 'plan_bound'))]:\n"
+        "    del globals()[_n]\ndel _n")
 
 
 def plan_code(plan: Any, dry: bool, query: str = "") -> str:
