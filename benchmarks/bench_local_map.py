@@ -29,7 +29,7 @@ from pathlib import Path
 from recursa import RLM
 from recursa.bench.realdata import records, sentiment_site_case
 from recursa.core.combinators import LeafType, leaf_prompt
-from recursa.core.planner import leaf_question
+from recursa.core.strategies.plan import leaf_question
 from recursa.models.local import LocalClient
 from recursa.models.replay import ReplayClient
 from recursa.obs.trace import load_events

@@ -175,3 +175,22 @@ def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+# Within the core: the engine (every recursa.core module outside recursa.core.strategies) reaches
+# the strategies only through their seam, the package `recursa.core.strategies` (Strategy,
+# strategy_for); a strategy never imports the loop that calls it.
+STRATEGIES = "recursa.core.strategies"
+
+
+def test_the_engine_meets_the_strategies_only_at_their_seam() -> None:
+    bad = []
+    for module, targets in graph(strings=True).items():
+        inside = module == STRATEGIES or module.startswith(STRATEGIES + ".")
+        for target in sorted(targets):
+            if not inside and target.startswith(STRATEGIES + "."):
+                bad.append(f"{module} -> {target} (use {STRATEGIES}.strategy_for)")
+            if inside and target == "recursa.core.loop":
+                bad.append(f"{module} -> {target} (a strategy sees the run's Protocol)")
+    assert not bad, "the engine and the strategies cross (docs/architecture.md):\n" + \
+        "\n".join(bad)

@@ -9,9 +9,9 @@ import pytest
 
 from recursa import RLM
 from recursa.bench.methods import MethodConfig, parse_method
-from recursa.core import planner as pl
 from recursa.core.combinators import leaf_item
 from recursa.core.prompts import system_prompt
+from recursa.core.strategies import plan as pl
 from recursa.models.replay import ReplayClient
 from recursa.obs.trace import load_events
 from recursa.options import RLMOptions

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 import pytest
 
+from recursa import core
 from recursa.bench.baselines import STOPWORDS
 from recursa.bench.tasks import TASKS, get_task
-from recursa.core import combinators, plan_answers, planner, prompts
+from recursa.core import combinators, prompts
+from recursa.core.strategies import plan as planner
+from recursa.core.strategies.plans import KINDS
+from recursa.core.strategies.plans import answer_steps as plan_answers
+from recursa.core.strategies.plans.repl import answers, common, sources
 
 # English function words, and words every prompt about records and questions needs, whatever
 # the family: neither says which family a prompt was written for
@@ -59,6 +65,11 @@ def family_vocabulary(name: str, seeds: range = range(6)) -> set[str]:
     return vocab - GENERIC
 
 
+def repl_code() -> str:
+    """All the REPL-side code the plans send (its strings reach leaves as instructions)."""
+    return sources(common, answers, *(f for k in KINDS.values() for f in k.repl))
+
+
 def prompt_texts() -> dict[str, str]:
     """Every fixed text recursa writes into a model's prompt."""
     return {
@@ -70,7 +81,7 @@ def prompt_texts() -> dict[str, str]:
         "plan system": planner.PLAN_SYSTEM, "plan user": planner.PLAN_USER,
         "plan results": planner.RESULTS, "plan answer": planner.ANSWER_SYSTEM,
         "plan code's texts": " ".join(
-            n.value for n in ast.walk(ast.parse(planner._PRELUDE))
+            n.value for n in ast.walk(ast.parse(repl_code()))
             if isinstance(n, ast.Constant) and isinstance(n.value, str)),
         "query leaf": planner.QUERY_LEAF,
         "count system": plan_answers.COUNT_SYSTEM,
@@ -93,3 +104,31 @@ def test_the_vocabulary_check_can_fail():
     vocab = family_vocabulary("judge_agg")
     assert {"shop", "complaint"} <= vocab
     assert {"shop", "complaint"} <= _words("Which Shop had the most complaint records?")
+
+
+# "two_hop" names a plan kind and a task family alike: it is the general term for a question
+# whose answer keys a second lookup, and the plan's name is what the root writes (in the
+# planning prompt and the constrained schema), so renaming it would change the root's input
+GENERAL_TERMS = {"two_hop"}
+CORE = Path(core.__file__).parent
+
+
+def core_names_of_families(text: str) -> list[str]:
+    """The task families `text` names (GENERAL_TERMS aside) and the seeds it cites."""
+    found = [n for n in sorted(set(TASKS) - GENERAL_TERMS)
+             if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)]
+    return found + re.findall(r"(?i)\b(?:dev|test) seeds? \d+|\bseeds? \d+", text)
+
+
+def test_the_core_names_no_task_family_and_cites_no_seed():
+    """The core's source (code, comments, REPL-side modules) says why without naming the
+    benchmark that showed it: a family's name or seed in the core ties the method to it."""
+    found = {str(p.relative_to(CORE)): hits for p in sorted(CORE.rglob("*.py"))
+             if (hits := core_names_of_families(p.read_text()))}
+    assert not found, f"task families or seeds named in recursa.core: {found}"
+
+
+def test_the_family_name_check_can_fail():
+    assert core_names_of_families("overflowed (judge_pairs test seed 4)") == [
+        "judge_pairs", "test seed 4"]
+    assert core_names_of_families("a two_hop plan, para_niah_mv") == ["para_niah_mv"]

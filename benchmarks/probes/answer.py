@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from recursa.bench.tasks import judge_agg
-from recursa.core import planner
+from recursa.core.strategies import plan as planner
 from recursa.models.local import LocalClient
 
 

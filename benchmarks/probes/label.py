@@ -14,8 +14,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from recursa.bench.tasks import judge_agg
 from recursa.bench.tasks._reviews import make_reviews
-from recursa.core import planner
 from recursa.core.combinators import LeafType, leaf_prompt
+from recursa.core.strategies import plan as planner
 from recursa.models.local import LocalClient
 
 PROMPT = "{r}\n\n{q}\nReply with one word: complaint or praise."

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from recursa.bench.realdata import records
 from recursa.core.combinators import LeafType, leaf_prompt
-from recursa.core.planner import leaf_question
+from recursa.core.strategies.plan import leaf_question
 from recursa.models.local import LocalClient
 
 LABELS = ["positive", "negative"]          # the opposite first, the counted last (planner)

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from recursa.bench.realdata import records
 from recursa.core.combinators import LeafType, leaf_prompt
-from recursa.core.planner import leaf_question
+from recursa.core.strategies.plan import leaf_question
 from recursa.models.local import LocalClient
 
 kind = sys.argv[1] if len(sys.argv) > 1 else "noun.food"

@@ -3,7 +3,7 @@ plan prints when every review is labelled right (the gold labels stand in for th
 only the root's last step is measured), does the 1.5B answer the judge_pairs question?
 
 `plain` asks for the answer from the printed results (planner.ANSWER_*); `rule` asks for the
-condition on each id of a pair (plan_answers.PAIR_*, constrained by its JSON schema) and builds
+condition on each id of a pair (answer_steps.PAIR_*, constrained by its JSON schema) and builds
 the pairs here with the plan's own code on the same counts. Scores are the task's pair F1.
 
 Usage: pairs.py [N] [LENGTH]   (dev seeds 0..N-1; default 20 seeds at 8192 tokens)
@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from recursa.bench.tasks import judge_pairs
-from recursa.core import planner
+from recursa.core.strategies import plan as planner
 from recursa.models.local import LocalClient
 
 PLAN = planner.Pairs(plan="pairs", instruction="Label every record.",

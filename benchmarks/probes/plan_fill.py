@@ -9,8 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from recursa.bench.tasks.judge_agg import QUESTION_TYPES, JudgeAgg
-from recursa.core import planner
 from recursa.core.context import describe as describe_context
+from recursa.core.strategies import plan as planner
 from recursa.models.local import LocalClient
 
 

@@ -69,7 +69,7 @@ class MethodConfig(BaseModel):
     tips: str | None = None
     cache: bool | str | None = None       # response cache: True (default file) or a path
     worked_example: bool = True           # rlm / codeact-bm25: False cuts it (the ablation)
-    strategy: Literal["code", "plan", "auto"] = "code"   # rlm only (recursa.core.planner)
+    strategy: Literal["code", "plan", "auto"] = "code"   # rlm only (recursa.core.strategies.plan)
 
     @model_validator(mode="before")
     @classmethod

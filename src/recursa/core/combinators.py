@@ -360,9 +360,9 @@ async def _map(dispatcher: Dispatcher, kind: str, args: dict[str, Any], node: No
 
 
 # Asked yes / no whether a sentence answers, the 1.5B says yes to most sentences that share a
-# thing with the question (para_niah dev: no to 45 of 144 look-alikes and filing notes);
-# how sure its yes is tells them apart somewhat better: ranked by the yes's log-odds, the needle
-# came first among 6 look-alikes and 3 notes on 7 of 16 dev seeds, as the leaf below is worded;
+# thing with the question (a dev probe: no to 45 of 144 look-alikes and filing notes);
+# how sure its yes is tells them apart somewhat better: ranked by the yes's log-odds, the answer
+# came first among 6 look-alikes and 3 notes on 7 of 16 dev instances, as the leaf below is worded;
 # with the text first and a "---" rule, 1 of 8 (benchmarks/probes/rank_yes.py).
 RANK_PROMPT = ("Text: {item}\nQuestion: {q}\nThe text may use other words for the same things. "
                "Is it about the very same thing the question asks about, and does it give the "

@@ -68,6 +68,7 @@ from recursa.core.recorder import RunRecorder, TurnSpan, result_from, tree_total
 from recursa.core.search_host import available as search_available
 from recursa.core.search_host import with_search
 from recursa.core.state import Nudge, RunState
+from recursa.core.strategies import strategy_for
 from recursa.core.strategy import choose
 from recursa.obs.streaming import turn_deltas
 from recursa.obs.trace import Tracer
@@ -298,11 +299,9 @@ class Run:
         if self.depth == 0:
             mode, why = choose(self.env.strategy, self.env.root_client.name)
             self.rec.note(strategy=mode, strategy_reason=why)
-            if mode == "plan":
-                from recursa.core import planner  # its plan models: ~12 ms to import
-                # a typed plan runs first; when the root answers from its results, that is all
-                if await planner.run_plan(self, self.description):
-                    return await self.close()
+            # a plan runs first in plan mode; when the root answers from its results, that is all
+            if await strategy_for(mode).begin(self):
+                return await self.close()
         return await self._next(None)
 
     async def _next(self, feedback: str | None) -> Step:

@@ -47,7 +47,8 @@ class RunState:
     sources: list[Source] = field(default_factory=list)  # the answer's, checked (recursa.core.sources)
     # the root's real input tokens over their estimate on its last reply (at least 1): text
     # full of digits and punctuation is more tokens than chars / 4 says, and a history fitted
-    # by the estimate alone overflowed a 2,048-token window (judge_pairs test seed 4)
+    # by the estimate alone overflowed a 2,048-token window (a pairs query over records of ids
+    # and counts)
     token_scale: float = 1.0
 
     def append(self, msg: Message) -> None:

@@ -1,5 +1,5 @@
 """How the root works: `code` (it writes code each turn), `plan` (it fills a typed plan the
-runtime runs, recursa.core.planner) or `auto`, the default: the mode that works for the root
+runtime runs, recursa.core.strategies.plan) or `auto`, the default: the mode that works for the root
 model in use. Light on purpose: choosing imports none of the planner's plan models."""
 
 from __future__ import annotations

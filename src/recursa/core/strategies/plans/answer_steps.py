@@ -1,6 +1,6 @@
 """The typed answer steps after a labelling plan: the root chooses, the REPL computes.
 
-A plan's printed table is read badly by a small root (it took the total for one shop's count,
+A plan's printed table is read badly by a small root (it took the total for one group's count,
 summed a group for a total), so after a labelling plan the root fills one more small typed object
 (constrained by its JSON schema on llama.cpp) and fixed code computes the answer from the labels:
 - after `label_count`, which count answers the query (`CountChoice`, `count_code`);
@@ -19,11 +19,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from recursa.base.types import Message
+from recursa.core.strategies.plans.repl import answers, source, sources
 
 # After a labelling plan, the root names which count answers the query (a typed choice, like
 # the plan), and the runtime computes it from the counts in the REPL, taking the groups the
 # query names from the query itself. Reading the printed table, the 1.5B took the total for one
-# shop's count; asked for a Python expression, it summed a group for the total (dev probe
+# group's count; asked for a Python expression, it summed a group for the total (dev probe
 # benchmarks/probes/answer.py: plain call 0 of 6 differences right, expressions 0 of 8 totals).
 COUNT_OPS = {
     "how_many": "a number: how many records have the label",
@@ -69,27 +70,11 @@ def parse_count_choice(text: str) -> str | None:
 def count_code(op: str, query: str, counted: str) -> str:
     """REPL code that prints the chosen count's value (`None` when the counts cannot give it:
     no groups, the query names the wrong number of them, a tie for most / fewest)."""
-    head = (f"_q, _c = {query!r}, {counted!r}\n"
-            "_g = globals().get('group_counts') or {}\n"
-            "_hits = [(re.search(r'(?<!\\w)' + re.escape(g) + r'(?!\\w)', _q, re.I), g) "
-            "for g in _g]\n"
-            "_named = [g for m, g in sorted((m.start(), g) for m, g in _hits if m)]\n"
-            "_ranked = sorted(_g, key=lambda g: -_g[g][_c])\n")
-    value = {
-        # the one group the query names, or all the records when it names none (asked to
-        # choose between the two, the 1.5B chose the total for 5 of 8 one-shop questions)
-        "how_many": ("_g[_named[0]][_c] if len(_named) == 1 else None if _named "
-                     "else label_counts[_c]"),
-        "how_many_more": "_g[_named[0]][_c] - _g[_named[1]][_c] if len(_named) == 2 else None",
-        "which_most": ("_ranked[0] if len(_ranked) > 1 and _g[_ranked[0]][_c] > "
-                       "_g[_ranked[1]][_c] else None"),
-        "which_fewest": ("_ranked[-1] if len(_ranked) > 1 and _g[_ranked[-1]][_c] < "
-                         "_g[_ranked[-2]][_c] else None"),
-    }[op]
-    return (f"{head}plan_answer = {value}\nprint(repr(plan_answer))\n"
-            "del _q, _c, _g, _hits, _named, _ranked")
-
-
+    if op not in COUNT_OPS or op == "other":
+        raise ValueError(f"no count {op!r}")
+    return (f"{source(answers._plan_count_answer)}\n"
+            f"plan_answer = _plan_count_answer({op!r}, {query!r}, {counted!r})\n"
+            "print(repr(plan_answer))\ndel _plan_count_answer")
 
 
 def scalar_answer(value: Any) -> str | None:
@@ -103,7 +88,7 @@ def scalar_answer(value: Any) -> str | None:
 
 # After a pairs plan, the root writes the condition on each id of a pair as bounds on its label
 # counts; code builds the pairs from the per-id counts. Asked to pick the pairs from the listed
-# ids, the 1.5B gave one pair (any pair) on 9 of 10 judge_pairs test instances.
+# ids, the 1.5B gave one pair (any pair) on 9 of 10 test instances of a pairs benchmark.
 PAIR_SYSTEM = """A program has labelled every record of a long context as {labels} and counted, \
 for each id, how many of its records got each label. The query asks for pairs of ids. \
 Write the condition on the two ids of a pair as JSON: {{"first_label": "...", "first_min": N, \
@@ -174,21 +159,10 @@ def pair_code(rule: PairRule) -> str:
     id with an unlabelled record is left out of a side with an upper bound (its count is not
     known to stay under it); with most records unlabelled, nothing is committed."""
     r = rule
-    return (
-        f"_sides = [({r.first_label!r}, {r.first_min}, {r.first_max!r}), "
-        f"({r.second_label!r}, {r.second_min}, {r.second_max!r})]\n"
-        "_meets = [{i for i, c in id_counts.items() if lo <= c.get(lab, 0) and "
-        "(hi is None or (c.get(lab, 0) <= hi and not id_unlabelled.get(i)))} "
-        "for lab, lo, hi in _sides]\n"
-        "_key = lambda x: (not str(x).isdecimal(), int(x) if str(x).isdecimal() else 0, str(x))\n"
-        "plan_answer = None if 2 * sum(id_unlabelled.values()) > len(record_labels) else "
-        "sorted({tuple(sorted((u, v), key=_key)) for u in _meets[0] for v in _meets[1] "
-        "if u != v}, key=lambda p: (_key(p[0]), _key(p[1])))\n"
-        "if plan_answer is not None:\n"
-        "    answer = {'content': '\\n'.join(f'({a}, {b})' for a, b in plan_answer) or "
-        "'No pair meets the condition.', 'ready': True}\n"
-        "print(None if plan_answer is None else len(plan_answer), 'pairs')\n"
-        "del _sides, _meets, _key")
+    sides = [(r.first_label, r.first_min, r.first_max), (r.second_label, r.second_min, r.second_max)]
+    return (f"{sources(answers._plan_id_key, answers._plan_pair_answer)}\n"
+            f"plan_answer = _plan_pair_answer({sides!r})\n"
+            "del _plan_id_key, _plan_pair_answer")
 
 
 def committed(cell: Any) -> str | None:
