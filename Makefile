@@ -27,8 +27,11 @@ show_times = echo "phases (load average at the end: $$(cut -d' ' -f1-3 /proc/loa
 # only: g++ (the source fallback, and the AVX-512 control program), chromium + chromium-driver open
 # the trace viewer in a real browser, qemu-user runs the runtime on an emulated CPU without
 # AVX-512/AMX.
+# docker.io (unless an engine is installed already: docker-ce conflicts with it) and debootstrap
+# run the docker sandbox's tests on a real engine, on an image built from the Debian mirror.
 DEMO_PKGS := bubblewrap libgomp1
-TEST_PKGS := $(DEMO_PKGS) g++ chromium chromium-driver qemu-user
+TEST_PKGS := $(DEMO_PKGS) g++ chromium chromium-driver qemu-user debootstrap \
+             $(if $(shell command -v dockerd),,docker.io)
 apt_install = missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
@@ -64,17 +67,29 @@ runtime_kind = $(BIN)/python -c 'from recursa.models import runtime; print(runti
 source_tools = [ "$$($(runtime_kind))" = prebuilt ] || \
 	$(call timed,source build tools,$(call apt_install,g++) && \
 	  $(BIN)/python -m pip install -q -e '.[$(1)]')
-# $(call build_and_fetch,MODELS): both in parallel, each timed; fails if either failed.
+# $(call build_and_fetch,MODELS[,THIRD]): both (and THIRD, a command) in parallel, each timed;
+# fails if any failed.
 build_and_fetch = $(call timed,runtime,$(BIN)/recursa runtime build) & build=$$!; \
 	$(call timed,model fetch,$(foreach m,$(1),$(BIN)/recursa models fetch $(m) &&) true) & \
-	fetch=$$!; wait $$build; b=$$?; wait $$fetch; f=$$?; [ $$b = 0 ] && [ $$f = 0 ]
+	fetch=$$!; $(if $(2),$(2) & third=$$!;,third=;) \
+	wait $$build; b=$$?; wait $$fetch; f=$$?; t=0; [ -z "$$third" ] || { wait $$third; t=$$?; }; \
+	[ $$b = 0 ] && [ $$f = 0 ] && [ $$t = 0 ]
 model-demo: install-demo
 	@$(call source_tools,$(DEMO_EXTRAS)$(comma)local)
 	@$(call timed,runtime | model fetch,$(call build_and_fetch,qwen2.5-coder-1.5b))
-# for the tests: the default 1.5B, and the tiny one the portability test emulates
+# The docker sandbox's engine and image (scripts/docker-sandbox.sh): as root, dockerd is started
+# in the background if no engine answers (and left running: stop it with
+# `kill $$(cat /var/run/docker.pid)`), the image built offline or loaded from its cached
+# `docker save`, and the docker tests must run (RECURSA_DOCKER_TESTS=require; `make test
+# DOCKER_TESTS=` lets them skip instead). Otherwise they run if an engine and the image are there.
+DOCKER_TESTS ?= $(if $(filter 0,$(shell id -u)),require,)
+docker_sandbox = $(call timed,docker sandbox image,scripts/docker-sandbox.sh all \
+	$(if $(DOCKER_TESTS),,|| echo "note: the docker sandbox tests will skip"))
+# for the tests: the default 1.5B, and the tiny one the portability test emulates; beside them
+# the docker sandbox
 model: install
-	@$(call timed,runtime | model fetch,\
-	  $(call build_and_fetch,qwen2.5-coder-1.5b smollm2-135m))
+	@$(call timed,runtime | model fetch | docker image,\
+	  $(call build_and_fetch,qwen2.5-coder-1.5b smollm2-135m,$(docker_sandbox)))
 	@$(call timed,runtime check,$(BIN)/recursa runtime check --model smollm2-135m)  # 2 tokens on this CPU
 
 demo: model-demo
@@ -97,7 +112,7 @@ run_tests = $(PYTEST) -m model --durations=10 >$(VENV)/test-model.log 2>&1 & mod
 	wait $$model; m=$$?; echo "--- the model tests:"; cat $(VENV)/test-model.log; \
 	[ $$rest = 0 ] && [ $$m = 0 ]
 test: model lint
-	@$(call timed,tests,$(run_tests))
+	@export RECURSA_DOCKER_TESTS=$(DOCKER_TESTS); $(call timed,tests,$(run_tests))
 	@$(show_times)
 
 test-fast: install

@@ -1,7 +1,7 @@
-"""sandbox="docker": the exact `docker run` argv, staging, and clear errors without an engine.
-
-Running containers is not tested here (this machine has the docker CLI but no engine); see
-docs/remote.md for the steps that try it for real.
+"""sandbox="docker": the exact `docker run` argv, staging, clear errors without an engine, and
+the sandbox on a real engine (the `needs_docker` tests: dockerd and the image that
+scripts/docker-sandbox.sh builds offline; `make test` starts and builds both). The attacks
+on the real engine are in test_attack_docker.py.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -16,8 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from helpers_docker import DEFAULT_IMAGE, IMAGE, containers, docker_sandbox, needs_docker
+from helpers_sandbox import Recorder
+from helpers_scripted import repl, root_script
+from recursa import RLM
 from recursa.base.types import ContextPayload, SandboxError
-from recursa.sandbox.remote import make_remote_sandbox
+from recursa.models.replay import ReplayClient
+from recursa.sandbox.remote import RemoteSandbox, make_remote_sandbox
 from recursa.sandbox.remote.docker import DockerLauncher, DockerTransport, _stage
 
 
@@ -34,14 +40,8 @@ async def handler(kind: str, args: dict) -> str:
 
 
 def engine_answers() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        r = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
-                           capture_output=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0 and bool(r.stdout.strip())
+    from helpers_docker import engine_answers as answers
+    return answers()
 
 
 def test_run_argv_is_locked_down() -> None:
@@ -150,3 +150,88 @@ async def test_docker_run_without_engine_reports_the_cli_error(tmp_path: Path) -
     msg = str(info.value)
     assert "did not start" in msg
     assert "docker" in msg.lower() and ("daemon" in msg.lower() or "125" in msg), msg
+
+
+# ------------------------------------------------------------------ on a real engine
+def test_the_image_script_builds_the_tag_the_tests_use() -> None:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "docker-sandbox.sh"
+    m = re.search(r"IMAGE=\$\{RECURSA_DOCKER_IMAGE:-([^}]+)\}", script.read_text())
+    assert m and m.group(1) == DEFAULT_IMAGE
+
+
+def launcher_of(sb: object) -> DockerLauncher:
+    assert isinstance(sb, RemoteSandbox) and isinstance(sb.launcher, DockerLauncher)
+    return sb.launcher
+
+
+@needs_docker
+@pytest.mark.parametrize("upload", ["bind", "volume"])
+async def test_real_engine_cells_sub_calls_and_cleanup(tmp_path: Path, upload: str) -> None:
+    sb = docker_sandbox(upload=upload)
+    launcher = launcher_of(sb)
+    rec = Recorder()
+    await sb.start(payload_for(tmp_path), rec)
+    try:
+        cell = await sb.run("import os\nprint(len(context), llm_query('hi'), os.getuid(), "
+                            "os.getgid(), os.getcwd())", timeout=30, max_output_chars=1000)
+        assert cell.error is None, cell.error
+        assert cell.stdout.split() == ["5", "LLM[hi]", "65534", "65534", "/workspace"]
+        assert rec.calls[0][0] == "llm"
+        cell = await sb.run("x = llm_batch(['a', 'b'])\nx", timeout=30, max_output_chars=1000)
+        assert cell.value == "['LLM[a]', 'LLM[b]']"
+        assert len(containers(launcher.id)) == 1          # one incarnation so far
+        if upload == "volume":
+            assert launcher.volume and launcher.stage is None
+    finally:
+        await sb.close()
+    assert containers(launcher.id) == []
+    if upload == "volume":
+        r = subprocess.run(["docker", "volume", "ls", "-q", "--filter",
+                            f"name=recursa-{launcher.id}"], capture_output=True, text=True)
+        assert r.stdout.strip() == ""
+    assert launcher.stage is None
+
+
+@needs_docker
+async def test_real_engine_restarts_a_timed_out_or_dead_worker(tmp_path: Path) -> None:
+    """A busy cell past its timeout and a worker that exits: each time the container is
+    removed and a new one started, `context` is there again, the lost variables named."""
+    sb = docker_sandbox(interrupt_grace=0.5)
+    launcher = launcher_of(sb)
+    await sb.start(payload_for(tmp_path), handler)
+    try:
+        await sb.run("keep = 1", timeout=30, max_output_chars=1000)
+        cell = await sb.run("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                            "while True: pass", timeout=1.0, max_output_chars=1000)
+        assert cell.timed_out and cell.restarted and cell.lost_variables == ["keep"]
+        cell = await sb.run("print(context)", timeout=30, max_output_chars=1000)
+        assert cell.stdout.strip() == "hello"
+        cell = await sb.run("import os\nos._exit(3)", timeout=30, max_output_chars=1000)
+        assert cell.restarted and "died" in (cell.error or ""), cell.error
+        cell = await sb.run("print(context)", timeout=30, max_output_chars=1000)
+        assert cell.stdout.strip() == "hello"
+        assert len(launcher._names) == 3                 # three incarnations
+        assert len(containers(launcher.id)) == 1          # the old ones are gone
+    finally:
+        await sb.close()
+    assert containers(launcher.id) == []
+
+
+@needs_docker
+async def test_real_engine_missing_image_without_pull_is_a_clear_error(tmp_path: Path) -> None:
+    sb = make_remote_sandbox("docker", image="recursa-no-such-image:0", pull=False)
+    with pytest.raises(SandboxError, match="is not present and pull=False"):
+        await sb.start(payload_for(tmp_path), handler)
+
+
+@needs_docker
+def test_rlm_answers_through_the_docker_sandbox(tmp_path: Path) -> None:
+    code = ("import os\nn = len(context.split())\nr = llm_query('name the colour')\n"
+            "FINAL(f'{n} words, {r}, uid {os.getuid()}')")
+    client = ReplayClient(root_script(repl(code), sub="blue"))
+    rlm = RLM(model=client, sandbox="docker", cell_timeout=30,
+              sandbox_options={"image": IMAGE, "pull": False}, trace_path=tmp_path / "t.jsonl")
+    res = rlm.completion("How many words?", context="one two three")
+    assert res.status == "final", (res.status, res.error)
+    assert res.answer == "3 words, blue, uid 65534"
+    assert res.subcalls == 1
