@@ -10,10 +10,11 @@ answers (see helpers_docker).
 from __future__ import annotations
 
 import socket
-import threading
 import time
 import uuid
 from pathlib import Path
+
+import pytest
 
 from helpers_docker import needs_docker
 from helpers_procs import processes_with
@@ -25,21 +26,8 @@ pytestmark = needs_docker
 def test_docker_network_is_off(tmp_path):
     server = socket.socket()
     server.bind(("0.0.0.0", 0))
-    server.listen(8)
+    server.listen(8)   # a connection that got through would wait in the backlog
     port = server.getsockname()[1]
-    got: list[bytes] = []
-
-    def accept() -> None:
-        server.settimeout(10)
-        try:
-            conn, _ = server.accept()
-            got.append(conn.recv(100))
-            conn.close()
-        except OSError:
-            pass
-
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
     # the host's loopback and the docker bridge's usual host address; and DNS
     code = ("import socket\n"
             f"for host in ('127.0.0.1', '172.17.0.1'):\n"
@@ -61,9 +49,9 @@ def test_docker_network_is_off(tmp_path):
         assert "blocked 172.17.0.1 OSError" in out                 # no route: no interface
         assert "dns blocked" in out and "sent" not in out
         assert "interfaces ['lo']" in out
-        server.close()
-        t.join(5)
-        assert got == []
+        server.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            server.accept()
     finally:
         server.close()
 
@@ -91,6 +79,7 @@ def test_docker_host_files_are_invisible_and_root_is_read_only(tmp_path):
             "print(seen)")
     a = attack(tmp_path, "docker", code)
     intact(a)
+    assert cell_out(a).startswith("{"), a.feedback[:2000]
     seen = eval(cell_out(a).strip().splitlines()[0])
     assert seen[str(host_secret)] == seen[str(project)] == "FileNotFoundError"
     assert seen[str(target)] == "No such file or directory"
@@ -132,16 +121,18 @@ def test_docker_keys_uid_and_capabilities(tmp_path, monkeypatch):
     assert SECRET not in a.trace_path.read_text()
 
 
+@pytest.mark.slow
 def test_docker_memory_cap(tmp_path):
-    """The container's 256 MB cgroup limit: the worker cannot grow past it (MemoryError from
-    the worker's own rlimit, or the kernel's OOM kill of the container), and the run goes on."""
+    """The container's 256 MB cgroup limit: the kernel kills the worker when it would grow
+    past it (no MemoryError: the cgroup, not an rlimit, holds it), and the run goes on in a new
+    container."""
     code = ("chunks = []\n"
             "while True:\n"
             "    chunks.append(bytearray(32 * 1024 * 1024))")
     a = attack(tmp_path, "docker", code, sandbox_opts={"memory_mb": 256}, cell_timeout=20)
     intact(a)
-    assert ("MemoryError" in a.feedback
-            or ("died" in a.feedback and "restarted" in a.feedback)), a.feedback[:1500]
+    assert "died while running this cell" in a.feedback, a.feedback[:1500]
+    assert "SIGKILL (out of memory" in a.feedback and "restarted" in a.feedback
 
 
 def test_docker_processes_left_behind_are_removed_with_the_container(tmp_path):

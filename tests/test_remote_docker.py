@@ -24,7 +24,12 @@ from recursa import RLM
 from recursa.base.types import ContextPayload, SandboxError
 from recursa.models.replay import ReplayClient
 from recursa.sandbox.remote import RemoteSandbox, make_remote_sandbox
-from recursa.sandbox.remote.docker import DockerLauncher, DockerTransport, _stage
+from recursa.sandbox.remote.docker import (
+    DockerLauncher,
+    DockerTransport,
+    _owner_options,
+    _stage,
+)
 
 
 def payload_for(tmp_path: Path) -> ContextPayload:
@@ -37,11 +42,6 @@ def payload_for(tmp_path: Path) -> ContextPayload:
 
 async def handler(kind: str, args: dict) -> str:
     return "x"
-
-
-def engine_answers() -> bool:
-    from helpers_docker import engine_answers as answers
-    return answers()
 
 
 def test_run_argv_is_locked_down() -> None:
@@ -63,7 +63,9 @@ def test_run_argv_is_locked_down() -> None:
     assert ("--user", "65534:65534") in pairs
     assert ("--pull", "never") in pairs
     assert ("--tmpfs", "/tmp:rw,nosuid,nodev,size=128m,mode=1777") in pairs
-    assert ("--tmpfs", "/workspace:rw,nosuid,nodev,size=512m,mode=1777") in pairs
+    # owned by the container's uid: --workdir resets the directory to 0755 root
+    assert ("--tmpfs", "/workspace:rw,nosuid,nodev,size=512m,mode=1777,uid=65534,gid=65534") \
+        in pairs
     assert ("--workdir", "/workspace") in pairs
     for name in ("worker.py", "supervisor.py", "context"):
         assert ("--mount", f"type=bind,source=/tmp/recursa-docker-x/{name},"
@@ -84,6 +86,9 @@ def test_run_argv_volume_upload_and_limits() -> None:
     pairs = list(zip(argv, argv[1:], strict=False))
     assert ("--mount", "type=volume,source=recursa-vol,target=/recursa,readonly") in pairs
     assert "--memory" not in argv and "--pids-limit" not in argv and "--user" not in argv
+    assert ("--tmpfs", "/workspace:rw,nosuid,nodev,size=1024m,mode=1777") in pairs
+    assert _owner_options("1000") == ",uid=1000" and _owner_options("nobody:65534") == \
+        ",gid=65534"
     assert ("--runtime", "runsc") in pairs
     assert argv[-7:] == ["img:1", "python3", "-I", "-S", "/recursa/worker.py", "--limits",
                          '{"cpu": 60}']
@@ -120,9 +125,15 @@ async def test_missing_docker_cli_is_a_clear_error(tmp_path: Path) -> None:
         await sb.start(payload_for(tmp_path), handler)
 
 
+@pytest.fixture
+def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The docker CLI pointed at a socket where no engine answers (a real one may run here)."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+
+
 @pytest.mark.skipif(shutil.which("docker") is None, reason="no docker CLI on this machine")
-@pytest.mark.skipif(engine_answers(), reason="a Docker engine answers here")
-async def test_cli_without_engine_is_a_clear_error(tmp_path: Path) -> None:
+async def test_cli_without_engine_is_a_clear_error(tmp_path: Path, no_engine: None) -> None:
     from recursa.sandbox.remote import RemoteSandbox
 
     launcher = DockerLauncher()
@@ -135,8 +146,8 @@ async def test_cli_without_engine_is_a_clear_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("docker") is None, reason="no docker CLI on this machine")
-@pytest.mark.skipif(engine_answers(), reason="a Docker engine answers here")
-async def test_docker_run_without_engine_reports_the_cli_error(tmp_path: Path) -> None:
+async def test_docker_run_without_engine_reports_the_cli_error(tmp_path: Path,
+                                                               no_engine: None) -> None:
     """If the engine goes away after the check, the worker's start fails with docker's own
     words, not a hang."""
     from recursa.sandbox.session import WorkerSession
@@ -173,9 +184,13 @@ async def test_real_engine_cells_sub_calls_and_cleanup(tmp_path: Path, upload: s
     await sb.start(payload_for(tmp_path), rec)
     try:
         cell = await sb.run("import os\nprint(len(context), llm_query('hi'), os.getuid(), "
-                            "os.getgid(), os.getcwd())", timeout=30, max_output_chars=1000)
+                            "os.getgid(), os.getcwd())\n"
+                            "open('out.txt', 'w').write('kept')\n"
+                            "open('/tmp/t', 'w').write('ok')", timeout=30, max_output_chars=1000)
         assert cell.error is None, cell.error
         assert cell.stdout.split() == ["5", "LLM[hi]", "65534", "65534", "/workspace"]
+        cell = await sb.run("print(open('out.txt').read())", timeout=30, max_output_chars=1000)
+        assert cell.stdout.strip() == "kept"      # the workspace is the worker's to write
         assert rec.calls[0][0] == "llm"
         cell = await sb.run("x = llm_batch(['a', 'b'])\nx", timeout=30, max_output_chars=1000)
         assert cell.value == "['LLM[a]', 'LLM[b]']"
@@ -193,6 +208,7 @@ async def test_real_engine_cells_sub_calls_and_cleanup(tmp_path: Path, upload: s
 
 
 @needs_docker
+@pytest.mark.slow
 async def test_real_engine_restarts_a_timed_out_or_dead_worker(tmp_path: Path) -> None:
     """A busy cell past its timeout and a worker that exits: each time the container is
     removed and a new one started, `context` is there again, the lost variables named."""
