@@ -31,7 +31,7 @@ show_times = echo "phases (load average at the end: $$(cut -d' ' -f1-3 /proc/loa
 # run the docker sandbox's tests on a real engine, on an image built from the Debian mirror.
 DEMO_PKGS := bubblewrap libgomp1
 TEST_PKGS := $(DEMO_PKGS) g++ chromium chromium-driver qemu-user debootstrap \
-             $(if $(shell command -v dockerd),,docker.io)
+             $(if $(shell command -v dockerd 2>/dev/null),,docker.io)
 apt_install = missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
