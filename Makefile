@@ -45,6 +45,23 @@ system-demo:
 system:
 	@mkdir -p $(VENV) && : > $(TIMES)
 	@$(call timed,system packages,$(call apt_install,$(TEST_PKGS)))
+	@$(if $(filter test model,$(MAKECMDGOALS)),$(docker_start))
+
+# The docker sandbox's engine and image (scripts/docker-sandbox.sh), for `make test`: started in
+# the background once the system packages are in, so a first build (debootstrap, a minute or
+# more) overlaps pip, lint and the model phase, which waits for it. As root, dockerd is started
+# if no engine answers and left running (stop it: `kill $$(cat /var/run/docker.pid)`), and the
+# docker tests must then run (RECURSA_DOCKER_TESTS=require; `make test DOCKER_TESTS=` lets
+# them skip instead). Otherwise they run if an engine and the image are there.
+DOCKER_TESTS ?= $(if $(filter 0,$(shell id -u)),require,)
+DOCKER_LOG := $(VENV)/docker-sandbox.log
+docker_start = rm -f $(DOCKER_LOG).rc; \
+	{ { $(call timed,docker sandbox (in the background),scripts/docker-sandbox.sh all); } \
+	  >$(DOCKER_LOG) 2>&1; echo $$? >$(DOCKER_LOG).rc; } </dev/null &
+docker_wait = [ -f $(DOCKER_LOG).rc ] || \
+	  $(call timed,waiting for the docker sandbox,until [ -f $(DOCKER_LOG).rc ]; do sleep 1; done); \
+	cat $(DOCKER_LOG); [ "$$(cat $(DOCKER_LOG).rc)" = 0 ] \
+	$(if $(DOCKER_TESTS),,|| echo "note: the docker sandbox tests will skip")
 
 pip_install = test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
 	$(BIN)/python -m pip install -q --upgrade pip && $(BIN)/python -m pip install -q -e '.[$(1)]'
@@ -67,30 +84,19 @@ runtime_kind = $(BIN)/python -c 'from recursa.models import runtime; print(runti
 source_tools = [ "$$($(runtime_kind))" = prebuilt ] || \
 	$(call timed,source build tools,$(call apt_install,g++) && \
 	  $(BIN)/python -m pip install -q -e '.[$(1)]')
-# $(call build_and_fetch,MODELS[,THIRD]): both (and THIRD, a command) in parallel, each timed;
-# fails if any failed.
+# $(call build_and_fetch,MODELS): both in parallel, each timed; fails if either failed.
 build_and_fetch = $(call timed,runtime,$(BIN)/recursa runtime build) & build=$$!; \
 	$(call timed,model fetch,$(foreach m,$(1),$(BIN)/recursa models fetch $(m) &&) true) & \
-	fetch=$$!; $(if $(2),$(2) & third=$$!;,third=;) \
-	wait $$build; b=$$?; wait $$fetch; f=$$?; t=0; [ -z "$$third" ] || { wait $$third; t=$$?; }; \
-	[ $$b = 0 ] && [ $$f = 0 ] && [ $$t = 0 ]
+	fetch=$$!; wait $$build; b=$$?; wait $$fetch; f=$$?; [ $$b = 0 ] && [ $$f = 0 ]
 model-demo: install-demo
 	@$(call source_tools,$(DEMO_EXTRAS)$(comma)local)
 	@$(call timed,runtime | model fetch,$(call build_and_fetch,qwen2.5-coder-1.5b))
-# The docker sandbox's engine and image (scripts/docker-sandbox.sh): as root, dockerd is started
-# in the background if no engine answers (and left running: stop it with
-# `kill $$(cat /var/run/docker.pid)`), the image built offline or loaded from its cached
-# `docker save`, and the docker tests must run (RECURSA_DOCKER_TESTS=require; `make test
-# DOCKER_TESTS=` lets them skip instead). Otherwise they run if an engine and the image are there.
-DOCKER_TESTS ?= $(if $(filter 0,$(shell id -u)),require,)
-docker_sandbox = $(call timed,docker sandbox image,scripts/docker-sandbox.sh all \
-	$(if $(DOCKER_TESTS),,|| echo "note: the docker sandbox tests will skip"))
-# for the tests: the default 1.5B, and the tiny one the portability test emulates; beside them
-# the docker sandbox
+# for the tests: the default 1.5B, and the tiny one the portability test emulates
 model: install
-	@$(call timed,runtime | model fetch | docker image,\
-	  $(call build_and_fetch,qwen2.5-coder-1.5b smollm2-135m,$(docker_sandbox)))
+	@$(call timed,runtime | model fetch,\
+	  $(call build_and_fetch,qwen2.5-coder-1.5b smollm2-135m))
 	@$(call timed,runtime check,$(BIN)/recursa runtime check --model smollm2-135m)  # 2 tokens on this CPU
+	@$(docker_wait)
 
 demo: model-demo
 	@$(call timed,demo,$(BIN)/python examples/demo.py)
