@@ -27,8 +27,11 @@ show_times = echo "phases (load average at the end: $$(cut -d' ' -f1-3 /proc/loa
 # only: g++ (the source fallback, and the AVX-512 control program), chromium + chromium-driver open
 # the trace viewer in a real browser, qemu-user runs the runtime on an emulated CPU without
 # AVX-512/AMX.
+# docker.io (unless an engine is installed already: docker-ce conflicts with it) and debootstrap
+# run the docker sandbox's tests on a real engine, on an image built from the Debian mirror.
 DEMO_PKGS := bubblewrap libgomp1
-TEST_PKGS := $(DEMO_PKGS) g++ chromium chromium-driver qemu-user
+TEST_PKGS := $(DEMO_PKGS) g++ chromium chromium-driver qemu-user debootstrap \
+             $(if $(shell command -v dockerd 2>/dev/null),,docker.io)
 apt_install = missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
@@ -42,6 +45,23 @@ system-demo:
 system:
 	@mkdir -p $(VENV) && : > $(TIMES)
 	@$(call timed,system packages,$(call apt_install,$(TEST_PKGS)))
+	@$(if $(filter test model,$(MAKECMDGOALS)),$(docker_start))
+
+# The docker sandbox's engine and image (scripts/docker-sandbox.sh), for `make test`: started in
+# the background once the system packages are in, so a first build (debootstrap, a minute or
+# more) overlaps pip, lint and the model phase, which waits for it. As root, dockerd is started
+# if no engine answers and left running (stop it: `kill $$(cat /var/run/docker.pid)`), and the
+# docker tests must then run (RECURSA_DOCKER_TESTS=require; `make test DOCKER_TESTS=` lets
+# them skip instead). Otherwise they run if an engine and the image are there.
+DOCKER_TESTS ?= $(if $(filter 0,$(shell id -u)),require,)
+DOCKER_LOG := $(VENV)/docker-sandbox.log
+docker_start = rm -f $(DOCKER_LOG).rc; \
+	{ { $(call timed,docker sandbox (in the background),scripts/docker-sandbox.sh all); } \
+	  >$(DOCKER_LOG) 2>&1; echo $$? >$(DOCKER_LOG).rc; } </dev/null &
+docker_wait = [ -f $(DOCKER_LOG).rc ] || \
+	  $(call timed,waiting for the docker sandbox,until [ -f $(DOCKER_LOG).rc ]; do sleep 1; done); \
+	cat $(DOCKER_LOG); [ "$$(cat $(DOCKER_LOG).rc)" = 0 ] \
+	$(if $(DOCKER_TESTS),,|| echo "note: the docker sandbox tests will skip")
 
 pip_install = test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
 	$(BIN)/python -m pip install -q --upgrade pip && $(BIN)/python -m pip install -q -e '.[$(1)]'
@@ -76,6 +96,7 @@ model: install
 	@$(call timed,runtime | model fetch,\
 	  $(call build_and_fetch,qwen2.5-coder-1.5b smollm2-135m))
 	@$(call timed,runtime check,$(BIN)/recursa runtime check --model smollm2-135m)  # 2 tokens on this CPU
+	@$(docker_wait)
 
 demo: model-demo
 	@$(call timed,demo,$(BIN)/python examples/demo.py)
@@ -97,7 +118,7 @@ run_tests = $(PYTEST) -m model --durations=10 >$(VENV)/test-model.log 2>&1 & mod
 	wait $$model; m=$$?; echo "--- the model tests:"; cat $(VENV)/test-model.log; \
 	[ $$rest = 0 ] && [ $$m = 0 ]
 test: model lint
-	@$(call timed,tests,$(run_tests))
+	@export RECURSA_DOCKER_TESTS=$(DOCKER_TESTS); $(call timed,tests,$(run_tests))
 	@$(show_times)
 
 test-fast: install

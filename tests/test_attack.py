@@ -49,6 +49,11 @@ class Attack:
 def sandbox_factory(mode: str, **opts: Any):
     if mode == "inprocess":
         return lambda: InProcessSandbox()
+    if mode == "docker":   # the real engine (test_attack_docker.py); the options it shares
+        from helpers_docker import docker_sandbox
+        docker_opts = {"memory_mb": 512, "tmp_mb": 32, "workspace_mb": 64, "pids_limit": 64,
+                       "interrupt_grace": 0.5, **opts}
+        return lambda: docker_sandbox(**docker_opts)
     opts = {"memory_mb": 512, "file_size_mb": 16, "tmp_mb": 32, "max_processes": 64,
             "interrupt_grace": 0.5, **opts}
     return lambda: LocalSandbox(isolation=mode, **opts)

@@ -1,7 +1,7 @@
-"""sandbox="docker": the exact `docker run` argv, staging, and clear errors without an engine.
-
-Running containers is not tested here (this machine has the docker CLI but no engine); see
-docs/remote.md for the steps that try it for real.
+"""sandbox="docker": the exact `docker run` argv, staging, clear errors without an engine, and
+the sandbox on a real engine (the `needs_docker` tests: dockerd and the image that
+scripts/docker-sandbox.sh builds offline; `make test` starts and builds both). The attacks
+on the real engine are in test_attack_docker.py.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -16,9 +17,19 @@ from pathlib import Path
 
 import pytest
 
+from helpers_docker import DEFAULT_IMAGE, IMAGE, containers, docker_sandbox, needs_docker
+from helpers_sandbox import Recorder
+from helpers_scripted import repl, root_script
+from recursa import RLM
 from recursa.base.types import ContextPayload, SandboxError
-from recursa.sandbox.remote import make_remote_sandbox
-from recursa.sandbox.remote.docker import DockerLauncher, DockerTransport, _stage
+from recursa.models.replay import ReplayClient
+from recursa.sandbox.remote import RemoteSandbox, make_remote_sandbox
+from recursa.sandbox.remote.docker import (
+    DockerLauncher,
+    DockerTransport,
+    _owner_options,
+    _stage,
+)
 
 
 def payload_for(tmp_path: Path) -> ContextPayload:
@@ -31,17 +42,6 @@ def payload_for(tmp_path: Path) -> ContextPayload:
 
 async def handler(kind: str, args: dict) -> str:
     return "x"
-
-
-def engine_answers() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        r = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
-                           capture_output=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return r.returncode == 0 and bool(r.stdout.strip())
 
 
 def test_run_argv_is_locked_down() -> None:
@@ -63,7 +63,9 @@ def test_run_argv_is_locked_down() -> None:
     assert ("--user", "65534:65534") in pairs
     assert ("--pull", "never") in pairs
     assert ("--tmpfs", "/tmp:rw,nosuid,nodev,size=128m,mode=1777") in pairs
-    assert ("--tmpfs", "/workspace:rw,nosuid,nodev,size=512m,mode=1777") in pairs
+    # owned by the container's uid: --workdir resets the directory to 0755 root
+    assert ("--tmpfs", "/workspace:rw,nosuid,nodev,size=512m,mode=1777,uid=65534,gid=65534") \
+        in pairs
     assert ("--workdir", "/workspace") in pairs
     for name in ("worker.py", "supervisor.py", "context"):
         assert ("--mount", f"type=bind,source=/tmp/recursa-docker-x/{name},"
@@ -84,6 +86,9 @@ def test_run_argv_volume_upload_and_limits() -> None:
     pairs = list(zip(argv, argv[1:], strict=False))
     assert ("--mount", "type=volume,source=recursa-vol,target=/recursa,readonly") in pairs
     assert "--memory" not in argv and "--pids-limit" not in argv and "--user" not in argv
+    assert ("--tmpfs", "/workspace:rw,nosuid,nodev,size=1024m,mode=1777") in pairs
+    assert _owner_options("1000") == ",uid=1000" and _owner_options("nobody:65534") == \
+        ",gid=65534"
     assert ("--runtime", "runsc") in pairs
     assert argv[-7:] == ["img:1", "python3", "-I", "-S", "/recursa/worker.py", "--limits",
                          '{"cpu": 60}']
@@ -120,9 +125,15 @@ async def test_missing_docker_cli_is_a_clear_error(tmp_path: Path) -> None:
         await sb.start(payload_for(tmp_path), handler)
 
 
+@pytest.fixture
+def no_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The docker CLI pointed at a socket where no engine answers (a real one may run here)."""
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+
+
 @pytest.mark.skipif(shutil.which("docker") is None, reason="no docker CLI on this machine")
-@pytest.mark.skipif(engine_answers(), reason="a Docker engine answers here")
-async def test_cli_without_engine_is_a_clear_error(tmp_path: Path) -> None:
+async def test_cli_without_engine_is_a_clear_error(tmp_path: Path, no_engine: None) -> None:
     from recursa.sandbox.remote import RemoteSandbox
 
     launcher = DockerLauncher()
@@ -135,8 +146,8 @@ async def test_cli_without_engine_is_a_clear_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("docker") is None, reason="no docker CLI on this machine")
-@pytest.mark.skipif(engine_answers(), reason="a Docker engine answers here")
-async def test_docker_run_without_engine_reports_the_cli_error(tmp_path: Path) -> None:
+async def test_docker_run_without_engine_reports_the_cli_error(tmp_path: Path,
+                                                               no_engine: None) -> None:
     """If the engine goes away after the check, the worker's start fails with docker's own
     words, not a hang."""
     from recursa.sandbox.session import WorkerSession
@@ -150,3 +161,93 @@ async def test_docker_run_without_engine_reports_the_cli_error(tmp_path: Path) -
     msg = str(info.value)
     assert "did not start" in msg
     assert "docker" in msg.lower() and ("daemon" in msg.lower() or "125" in msg), msg
+
+
+# ------------------------------------------------------------------ on a real engine
+def test_the_image_script_builds_the_tag_the_tests_use() -> None:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "docker-sandbox.sh"
+    m = re.search(r"IMAGE=\$\{RECURSA_DOCKER_IMAGE:-([^}]+)\}", script.read_text())
+    assert m and m.group(1) == DEFAULT_IMAGE
+
+
+def launcher_of(sb: object) -> DockerLauncher:
+    assert isinstance(sb, RemoteSandbox) and isinstance(sb.launcher, DockerLauncher)
+    return sb.launcher
+
+
+@needs_docker
+@pytest.mark.parametrize("upload", ["bind", "volume"])
+async def test_real_engine_cells_sub_calls_and_cleanup(tmp_path: Path, upload: str) -> None:
+    sb = docker_sandbox(upload=upload)
+    launcher = launcher_of(sb)
+    rec = Recorder()
+    await sb.start(payload_for(tmp_path), rec)
+    try:
+        cell = await sb.run("import os\nprint(len(context), llm_query('hi'), os.getuid(), "
+                            "os.getgid(), os.getcwd())\n"
+                            "open('out.txt', 'w').write('kept')\n"
+                            "open('/tmp/t', 'w').write('ok')", timeout=30, max_output_chars=1000)
+        assert cell.error is None, cell.error
+        assert cell.stdout.split() == ["5", "LLM[hi]", "65534", "65534", "/workspace"]
+        cell = await sb.run("print(open('out.txt').read())", timeout=30, max_output_chars=1000)
+        assert cell.stdout.strip() == "kept"      # the workspace is the worker's to write
+        assert rec.calls[0][0] == "llm"
+        cell = await sb.run("x = llm_batch(['a', 'b'])\nx", timeout=30, max_output_chars=1000)
+        assert cell.value == "['LLM[a]', 'LLM[b]']"
+        assert len(containers(launcher.id)) == 1          # one incarnation so far
+        if upload == "volume":
+            assert launcher.volume and launcher.stage is None
+    finally:
+        await sb.close()
+    assert containers(launcher.id) == []
+    if upload == "volume":
+        r = subprocess.run(["docker", "volume", "ls", "-q", "--filter",
+                            f"name=recursa-{launcher.id}"], capture_output=True, text=True)
+        assert r.stdout.strip() == ""
+    assert launcher.stage is None
+
+
+@needs_docker
+@pytest.mark.slow
+async def test_real_engine_restarts_a_timed_out_or_dead_worker(tmp_path: Path) -> None:
+    """A busy cell past its timeout and a worker that exits: each time the container is
+    removed and a new one started, `context` is there again, the lost variables named."""
+    sb = docker_sandbox(interrupt_grace=0.5)
+    launcher = launcher_of(sb)
+    await sb.start(payload_for(tmp_path), handler)
+    try:
+        await sb.run("keep = 1", timeout=30, max_output_chars=1000)
+        cell = await sb.run("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                            "while True: pass", timeout=1.0, max_output_chars=1000)
+        assert cell.timed_out and cell.restarted and cell.lost_variables == ["keep"]
+        cell = await sb.run("print(context)", timeout=30, max_output_chars=1000)
+        assert cell.stdout.strip() == "hello"
+        cell = await sb.run("import os\nos._exit(3)", timeout=30, max_output_chars=1000)
+        assert cell.restarted and "died" in (cell.error or ""), cell.error
+        cell = await sb.run("print(context)", timeout=30, max_output_chars=1000)
+        assert cell.stdout.strip() == "hello"
+        assert len(launcher._names) == 3                 # three incarnations
+        assert len(containers(launcher.id)) == 1          # the old ones are gone
+    finally:
+        await sb.close()
+    assert containers(launcher.id) == []
+
+
+@needs_docker
+async def test_real_engine_missing_image_without_pull_is_a_clear_error(tmp_path: Path) -> None:
+    sb = make_remote_sandbox("docker", image="recursa-no-such-image:0", pull=False)
+    with pytest.raises(SandboxError, match="is not present and pull=False"):
+        await sb.start(payload_for(tmp_path), handler)
+
+
+@needs_docker
+def test_rlm_answers_through_the_docker_sandbox(tmp_path: Path) -> None:
+    code = ("import os\nn = len(context.split())\nr = llm_query('name the colour')\n"
+            "FINAL(f'{n} words, {r}, uid {os.getuid()}')")
+    client = ReplayClient(root_script(repl(code), sub="blue"))
+    rlm = RLM(model=client, sandbox="docker", cell_timeout=30,
+              sandbox_options={"image": IMAGE, "pull": False}, trace_path=tmp_path / "t.jsonl")
+    res = rlm.completion("How many words?", context="one two three")
+    assert res.status == "final", (res.status, res.error)
+    assert res.answer == "3 words, blue, uid 65534"
+    assert res.subcalls == 1

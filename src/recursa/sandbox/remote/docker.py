@@ -156,7 +156,8 @@ class DockerLauncher:
              "--label", "recursa.sandbox=1", "--label", f"recursa.sandbox.id={self.id}",
              "--network", self.network, "--read-only",
              "--tmpfs", f"/tmp:rw,nosuid,nodev,size={self.tmp_mb}m,mode=1777",
-             "--tmpfs", f"/workspace:rw,nosuid,nodev,size={self.workspace_mb}m,mode=1777",
+             "--tmpfs", f"/workspace:rw,nosuid,nodev,size={self.workspace_mb}m,mode=1777"
+                        f"{_owner_options(self.user)}",
              "--workdir", "/workspace",
              "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
              "--init"]
@@ -257,6 +258,20 @@ class DockerLauncher:
         if self.stage:
             stage, self.stage = self.stage, None
             shutil.rmtree(stage, ignore_errors=True)
+
+
+def _owner_options(user: str | None) -> str:
+    """tmpfs options that give the workspace to a numeric `uid[:gid]`.
+
+    `--workdir` makes the engine create the working directory and reset it to 0755 root,
+    tmpfs or not (seen with docker 20.10), so mode=1777 alone left uid 65534 unable to write
+    in its own workspace; owning the tmpfs is what keeps it writable. A user given by name
+    cannot be resolved here: the workspace then stays as the engine leaves it."""
+    if not user:
+        return ""
+    uid, _, gid = user.partition(":")
+    out = f",uid={uid}" if uid.isdigit() else ""
+    return out + (f",gid={gid}" if gid.isdigit() else "")
 
 
 def _stage(files: dict[str, str]) -> str:
