@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,6 +80,10 @@ class RLM:
     fits `route_threshold` tokens (default: half the root model's declared window, else 8,192),
     else the loop (recursa.core.route); `Result.route` says which ran. A session's questions
     always run the loop.
+    `mcp_servers`: MCP servers whose allowed tools become typed functions in the REPL,
+    `mcp_<server>_<tool>(...)`, called by the host (a path to a JSON file or its dict:
+    `{"mcpServers": {name: {"command", "args", "env", "allow": [...]}}}`; recursa.core.mcp_tools,
+    docs/tools.md). They start with each run and close when it ends.
     """
 
     def __init__(self, model: str | ModelClient | None = None,
@@ -104,7 +109,7 @@ class RLM:
                  prices: Mapping[str, Any] | None = None, preflight: bool = True,
                  strategy: str = "auto", example: bool = True, sources: bool = False,
                  route: str = "rlm", route_threshold: int | None = None,
-                 **limits: Any):
+                 mcp_servers: Any = None, **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
             raise TypeError(f"RLM() got unknown option(s): {', '.join(sorted(unknown))}")
@@ -166,6 +171,11 @@ class RLM:
         self.route_threshold = check_threshold(route_threshold)
         # shown under the query in the root's first message (a session's earlier Q&A)
         self.preface: str | None = None
+        # MCP servers (recursa.core.mcp_tools): checked now, started with each run
+        self.mcp_servers: list[Any] = []
+        if mcp_servers is not None:
+            from recursa.core.mcp_tools import load_servers
+            self.mcp_servers = load_servers(mcp_servers)
 
     # ------------------------------------------------------------ public API
     def completion(self, query: str, context: Any = None, *, output: Any = None,
@@ -210,6 +220,7 @@ class RLM:
             Deadline(budget.max_seconds,
                      reserve=default_reserve(budget.max_seconds, self.last_turn_seconds))
         owned: list[ModelClient] = []
+        servers = contextlib.AsyncExitStack()    # the run's MCP servers, closed in any case
         try:
             root = self._client(self.model, self.base_url, self.api_key, owned)
             sub = root if self.sub_model == self.model else self._client(
@@ -235,13 +246,19 @@ class RLM:
                                         budget=budget, ledger=ledger, tracer=tracer,
                                         options=self.model_options, output=output,
                                         trace_path=str(trace_path) if trace_path else None)
+            tools, hub = self.sub_tools, None
+            if self.mcp_servers:
+                from recursa.core.mcp_tools import McpHub
+                hub = await servers.enter_async_context(
+                    McpHub(self.mcp_servers, ledger=ledger, tracer=tracer))
+                tools = hub.with_sub_tools(tools)
             env = RunEnv(budget=budget, ledger=ledger, tracer=tracer, root_client=root, sub_client=sub, clients=extra,
                          concurrency=self.concurrency, sub_options=self.sub_model_options,
-                         tools=self.sub_tools, make_sandbox=self._make_sandbox,
+                         tools=tools, make_sandbox=self._make_sandbox,
                          root_sandbox=scope.sandbox,
                          trace_path=str(trace_path) if trace_path else None,
                          max_output_chars=self.max_output_chars, root_options=self.model_options,
-                         tips=self.tips, tool_names=self.tool_names,
+                         tips=self.tips, tool_names=tools.names if tools else None, mcp=hub,
                          system_template=self.system_prompt,
                          sub_context_chars=_context_chars(sub),
                          last_turn_seconds=self.last_turn_seconds, output=output,
@@ -252,6 +269,7 @@ class RLM:
             res.route = "rlm"
             return res
         finally:
+            await servers.aclose()
             deadline.close()
             for c in owned:
                 try:
@@ -296,6 +314,10 @@ class RLM:
         unused session. Use as a context manager (`with` or `async with`) or call close().
         `loop`: live on this running event loop (async use from it only) instead of a thread
         of the session's own, e.g. to share model clients bound to a server's loop."""
+        if self.mcp_servers:
+            from recursa.core.mcp_tools import McpConfigError
+            raise McpConfigError("MCP servers (mcp_servers) are not available in sessions yet: "
+                                 "they start and stop with each run of completion()")
         from recursa.core.session import Session
         return Session(self, context, idle_timeout=idle_timeout, trace_path=trace_path,
                        loop=loop, **limits)
