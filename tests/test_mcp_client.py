@@ -278,3 +278,26 @@ def test_worker_defines_typed_host_functions() -> None:
     for bad in ("llm_query", "_x", "class", "a b"):
         with pytest.raises(ValueError, match="bad host function name"):
             r.define_functions([{"name": bad}])
+
+
+# ------------------------------------------------------------------ the command line
+def test_recursa_run_mcp_config(db: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                ) -> None:
+    """`recursa run --mcp CONFIG` (its main(), in this process: the subprocess start-up of
+    recursa would double the test's time): the config file the user wrote, a scripted model; a
+    config with an error is a usage error naming the server and the key."""
+    from recursa.cli import main
+    cfg = tmp_path / "mcp.json"
+    cfg.write_text(json.dumps(config(db, allow=["query"])))
+    replies = tmp_path / "script.json"
+    replies.write_text(json.dumps([repl(
+        "FINAL(mcp_db_query(\"SELECT name FROM fruit WHERE color = 'red'\")[0]['name'])")]))
+    ctx = tmp_path / "ctx.txt"
+    ctx.write_text("the fruit are in the database")
+    base = ["run", "Which fruit is red?", "--context", str(ctx), "--model",
+            f"replay-file:{replies}", "--sandbox", "inprocess", "--quiet"]
+    assert main([*base, "--mcp", str(cfg)]) == 0
+    assert capsys.readouterr().out.strip() == "cherry"
+    cfg.write_text(json.dumps({"mcpServers": {"db": {"command": "x", "allowed": ["query"]}}}))
+    assert main([*base, "--mcp", str(cfg)]) == 2
+    assert "MCP server 'db': unknown key(s) allowed" in capsys.readouterr().err
