@@ -310,3 +310,12 @@ def test_the_prompt_lists_tools_only_when_there_are_some() -> None:
     line = "`mcp_db_q(sql: str)`: Query it."
     with_tools = system_prompt(context_type="str", max_output_chars=1000, repl_tools=[line])
     assert "Tools of MCP servers" in with_tools and f"  - {line}\n" in with_tools
+
+
+def test_a_run_with_mcp_tools_writes_code_even_with_a_small_root() -> None:
+    """`strategy="auto"` plans for small roots, but a plan cannot call MCP tools."""
+    from recursa.core.strategy import choose
+    assert choose("auto", "local:qwen2.5-coder-1.5b")[0] == "plan"
+    assert choose("auto", "local:qwen2.5-coder-1.5b", code_tools=True) == \
+        ("code", "auto: the run has MCP tools, which only code can call")
+    assert choose("plan", "local:qwen2.5-coder-1.5b", code_tools=True)[0] == "plan"

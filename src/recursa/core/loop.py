@@ -298,7 +298,8 @@ class Run:
     async def _begin(self, context: Any) -> Step:
         await self._open(context)
         if self.depth == 0:
-            mode, why = choose(self.env.strategy, self.env.root_client.name)
+            mode, why = choose(self.env.strategy, self.env.root_client.name,
+                               code_tools=bool(self.env.mcp is not None and self.env.mcp.tools))
             self.rec.note(strategy=mode, strategy_reason=why)
             if mode == "plan":
                 from recursa.core import planner  # its plan models: ~12 ms to import
