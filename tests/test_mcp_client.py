@@ -103,6 +103,7 @@ def test_repl_calls_mcp_tools_through_the_host(db: str, tmp_path: Path) -> None:
     # the env reaches the server (the host started it) and never the sandbox
     assert "sandbox env: None" in out[0] and "in any env value: False" in out[0]
     assert f"server env: {SECRET}" in out[0]
+    assert "RECURSA_TEST_SECRET" not in os.environ      # nor the host's own environment
     assert "list_tables defined: False" in out[0]
     assert "cap:" in out[1] and "max_result_chars" in out[1] and "100" in out[1]
     assert "argcap:" in out[1] and "max_argument_chars" in out[1] and "200" in out[1]

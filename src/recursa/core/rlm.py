@@ -22,6 +22,7 @@ from recursa.obs.notebook import auto_sinks
 from recursa.obs.trace import CallbackSink, JsonlSink, Tracer, new_id
 
 if TYPE_CHECKING:
+    from recursa.core.mcp_tools import ServerConfig
     from recursa.core.route import Route
     from recursa.core.session import Session
     from recursa.core.tools import Tool, ToolSet
@@ -109,7 +110,8 @@ class RLM:
                  prices: Mapping[str, Any] | None = None, preflight: bool = True,
                  strategy: str = "auto", example: bool = True, sources: bool = False,
                  route: str = "rlm", route_threshold: int | None = None,
-                 mcp_servers: Any = None, **limits: Any):
+                 mcp_servers: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+                 **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
             raise TypeError(f"RLM() got unknown option(s): {', '.join(sorted(unknown))}")
@@ -172,7 +174,7 @@ class RLM:
         # shown under the query in the root's first message (a session's earlier Q&A)
         self.preface: str | None = None
         # MCP servers (recursa.core.mcp_tools): checked now, started with each run
-        self.mcp_servers: list[Any] = []
+        self.mcp_servers: list[ServerConfig] = []
         if mcp_servers is not None:
             from recursa.core.mcp_tools import load_servers
             self.mcp_servers = load_servers(mcp_servers)
