@@ -85,6 +85,7 @@ def test_repl_calls_mcp_tools_through_the_host(db: str, tmp_path: Path) -> None:
              "except ValueError as e:\n    print('argcap:', e)\n"
              "print('raw:', llm_query.__self__._call('host_function', "
              "{'name': 'mcp_db_list_tables', 'arguments': {}}))"),
+        repl("import os\nos._exit(3)"),      # the worker dies: its restart defines them again
         repl("rows = mcp_db_query(\"SELECT name FROM fruit WHERE color = 'yellow'\")\n"
              "print(rows)\n"
              "try:\n    mcp_db_query('SELECT 1')\nexcept RuntimeError as e:\n"
@@ -109,8 +110,9 @@ def test_repl_calls_mcp_tools_through_the_host(db: str, tmp_path: Path) -> None:
     assert "argcap:" in out[1] and "max_argument_chars" in out[1] and "200" in out[1]
     assert "raw: {'error':" in out[1] and "not an allowed MCP tool" in out[1]
     assert "PermissionError" in out[1]
-    assert "[{'name': 'banana'}]" in out[2]
-    assert "budget:" in out[2] and "max_subcalls" in out[2]
+    assert "restarted" in out[2]
+    assert "[{'name': 'banana'}]" in out[3]
+    assert "budget:" in out[3] and "max_subcalls" in out[3]
     # counted: secret_env, describe (it ran; its result was over the cap), the yellow query
     assert res.subcalls == 3
     assert res.usage["mcp"].calls == 3 and res.usage["mcp"].usage.total_tokens == 0
