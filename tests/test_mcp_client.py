@@ -145,10 +145,11 @@ def test_sub_models_call_mcp_tools_when_asked(db: str, tmp_path: Path) -> None:
             "arguments": {"sql": "SELECT color FROM fruit WHERE name = 'kiwi'"}}
     sub = ReplayClient([f"<tool_call>{json.dumps(call)}</tool_call>", "green"])
     trace = tmp_path / "t.jsonl"
-    rlm = RLM(model=root, sub_model=sub, sandbox="inprocess", trace_path=trace,
-              mcp_servers=config(db, allow=["query"], sub_models=True))
+    rlm = RLM(model=root, sub_model=sub, sandbox="inprocess", trace_path=trace, route="auto",
+              mcp_servers=config(db, allow=["query"], sub_models=True))   # "x" would go direct
+    assert rlm.route_for("kiwi colour?", "x").path == "direct"   # were there no MCP tools
     res = rlm.completion("kiwi colour?", context="x")
-    assert res.answer == "green"
+    assert res.answer == "green" and res.route == "rlm"
     assert "Result of mcp_db_query:\n[{\"color\": \"green\"}]" in sub.calls[1][-1]["content"]
     assert res.subcalls == 2 and res.usage["mcp"].calls == 1
     tools = [e for e in load_events(trace) if e.kind == "tool" and e.phase == "end"]

@@ -231,9 +231,10 @@ class RLM:
             extra = {name: self._client(spec, self.base_url, self.api_key, owned)
                      for name, spec in self.models.items()}
             extra.setdefault(root.name, root)
-            # a session's question runs in its kept sandbox: never routed
+            # a session's question runs in its kept sandbox, and MCP tools are called from the
+            # REPL: never routed
             routed = await self._aroute(query, context, root, output) \
-                if scope.sandbox is None else None
+                if scope.sandbox is None and not self.mcp_servers else None
             direct = routed is not None and routed.path == "direct"
             if self.preflight:     # fail before the first model call, having spent nothing
                 from recursa.core.preflight import acheck, target_of_client
