@@ -13,10 +13,8 @@ from __future__ import annotations
 import ast
 import base64
 import builtins
-import inspect
 import io
 import json
-import keyword
 import linecache
 import os
 import queue
@@ -268,6 +266,8 @@ class Repl:
             self.globals[fn.__name__] = fn
 
     def _host_function(self, spec: Any) -> Callable[..., Any]:
+        import inspect  # only a run with host functions pays for it at start-up
+        import keyword
         name = spec.get("name") if isinstance(spec, dict) else None
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) \
                 or name.startswith("_") or name in RESERVED_NAMES or name in self._helpers:
