@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -323,3 +324,15 @@ def test_a_run_with_mcp_tools_writes_code_even_with_a_small_root() -> None:
     assert choose("auto", "local:qwen2.5-coder-1.5b", code_tools=True) == \
         ("code", "auto: the run has MCP tools, which only code can call")
     assert choose("plan", "local:qwen2.5-coder-1.5b", code_tools=True)[0] == "plan"
+
+
+async def test_a_server_that_never_answers_times_out_by_name() -> None:
+    """A server that starts but never speaks MCP: refused after the start timeout, named."""
+    servers = load_servers({"mute": {"command": sys.executable, "allow": "*",
+                                     "args": ["-c", "import sys; sys.stdin.read()"]}})
+    hub = McpHub(servers, ledger=Ledger(Budget()), tracer=Tracer([], "r"), start_timeout=0.5)
+    t0 = time.monotonic()
+    with pytest.raises(McpError, match=r"MCP server 'mute' .* did not start within 0.5 s"):
+        async with hub:
+            pass
+    assert time.monotonic() - t0 < 3.0      # and it was stopped promptly
