@@ -3,9 +3,8 @@
     python tests/mcp_sqlite_server.py DB_PATH
 
 Tools: `list_tables`, `query` (one SELECT, read-only: the database is opened with mode=ro),
-`describe` (a long text of `n` characters: the result-size cap) and `secret_env` (the value of
-RECURSA_TEST_SECRET in the server's own environment: the config's env reaches the server, and
-only the server). With RECURSA_TEST_PIDFILE set, it writes its pid there (the tests check
+`describe` (a long text of `n` characters: the result-size cap) and `secret_env` (a variable of
+the server's own environment: the config's env reaches the server, and only the server). With RECURSA_TEST_PIDFILE set, it writes its pid there (the tests check
 that the server is stopped when its run ends).
 """
 
@@ -54,9 +53,9 @@ def describe(n: int) -> str:
 
 
 @server.tool()
-def secret_env() -> str:
-    """RECURSA_TEST_SECRET as this server sees it."""
-    return os.environ.get("RECURSA_TEST_SECRET", "")
+def secret_env(name: str = "RECURSA_TEST_SECRET") -> str:
+    """An environment variable as this server sees it ("" when unset)."""
+    return os.environ.get(name, "")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ def cells(trace: Path) -> list[str]:
 
 
 # ------------------------------------------------------------------ a whole run
-def test_repl_calls_mcp_tools_through_the_host(db: str, tmp_path: Path) -> None:
+def test_repl_calls_mcp_tools_through_the_host(db: str, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The root's code calls the allowed tools as typed functions and answers from a result;
     the sandbox never holds the server's env; a tool off the allow-list, past a cap or past
     the budget is refused with an error naming why; each call is a traced sub-call."""
@@ -80,6 +81,7 @@ def test_repl_calls_mcp_tools_through_the_host(db: str, tmp_path: Path) -> None:
              "print('sandbox env:', repr(os.environ.get('RECURSA_TEST_SECRET')))\n"
              f"print('in any env value:', any({SECRET!r} in v for v in os.environ.values()))\n"
              "print('server env:', mcp_db_secret_env())\n"
+             "print('host key at the server:', repr(mcp_db_secret_env('RECURSA_HOST_KEY')))\n"
              "print('list_tables defined:', 'mcp_db_list_tables' in globals())"),
         repl("try:\n    mcp_db_describe(500)\nexcept ValueError as e:\n    print('cap:', e)\n"
              "try:\n    mcp_db_query('SELECT ' + repr('x' * 300))\n"
@@ -92,8 +94,9 @@ def test_repl_calls_mcp_tools_through_the_host(db: str, tmp_path: Path) -> None:
              "try:\n    mcp_db_query('SELECT 1')\nexcept RuntimeError as e:\n"
              "    print('budget:', e)\n"
              "FINAL(rows[0]['name'])")))
+    monkeypatch.setenv("RECURSA_HOST_KEY", "a model API key of the host")
     trace = tmp_path / "t.jsonl"
-    rlm = RLM(model=root, sandbox="local", trace_path=trace, max_subcalls=3,
+    rlm = RLM(model=root, sandbox="local", trace_path=trace, max_subcalls=4,
               mcp_servers=config(db, pidfile, allow=["query", "describe", "secret_env"],
                                  max_result_chars=100, max_argument_chars=200))
     res = rlm.completion("Which fruit is yellow?", context="the fruit table is in the db")
@@ -106,6 +109,7 @@ def test_repl_calls_mcp_tools_through_the_host(db: str, tmp_path: Path) -> None:
     assert "sandbox env: None" in out[0] and "in any env value: False" in out[0]
     assert f"server env: {SECRET}" in out[0]
     assert "RECURSA_TEST_SECRET" not in os.environ      # nor the host's own environment
+    assert "host key at the server: ''" in out[0]     # the host's env is not the server's
     assert "list_tables defined: False" in out[0]
     assert "cap:" in out[1] and "max_result_chars" in out[1] and "100" in out[1]
     assert "argcap:" in out[1] and "max_argument_chars" in out[1] and "200" in out[1]
@@ -114,17 +118,17 @@ def test_repl_calls_mcp_tools_through_the_host(db: str, tmp_path: Path) -> None:
     assert "restarted" in out[2]
     assert "[{'name': 'banana'}]" in out[3]
     assert "budget:" in out[3] and "max_subcalls" in out[3]
-    # counted: secret_env, describe (it ran; its result was over the cap), the yellow query
-    assert res.subcalls == 3
-    assert res.usage["mcp"].calls == 3 and res.usage["mcp"].usage.total_tokens == 0
-    assert res.usage_by_model["mcp:db"].calls == 3
+    # counted: secret_env twice, describe (it ran; its result was over the cap), the query
+    assert res.subcalls == 4
+    assert res.usage["mcp"].calls == 4 and res.usage["mcp"].usage.total_tokens == 0
+    assert res.usage_by_model["mcp:db"].calls == 4
     # traced: a tool span per call that went to the server, under its cell
     events = load_events(trace)
     ends = [e for e in events if e.kind == "tool" and e.phase == "end"]
     assert [(e.data["server"], e.data["tool"]) for e in ends] == \
-        [("db", "secret_env"), ("db", "describe"), ("db", "query")]
-    assert ends[1].data["error"] and "max_result_chars" in ends[1].data["error"]
-    assert ends[2].data["output"] == json.dumps([{"name": "banana"}])
+        [("db", "secret_env"), ("db", "secret_env"), ("db", "describe"), ("db", "query")]
+    assert ends[2].data["error"] and "max_result_chars" in ends[2].data["error"]
+    assert ends[3].data["output"] == json.dumps([{"name": "banana"}])
     cell_ids = {e.id for e in events if e.kind == "cell"}
     assert all(e.parent in cell_ids for e in ends)
     assert load(trace).status == "final"       # the trace reader takes the new spans
