@@ -339,4 +339,4 @@ async def test_a_server_that_never_answers_times_out_by_name() -> None:
     with pytest.raises(McpError, match=r"MCP server 'mute' .* did not start within 0.5 s"):
         async with hub:
             pass
-    assert time.monotonic() - t0 < 3.0      # and it was stopped promptly
+    assert time.monotonic() - t0 < 10.0     # and stopped: not the 30 s default, no hang
