@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # `make demo` installs only what the demo needs; `make test` everything the tests use
 DEMO_EXTRAS := demo
-EXTRAS ?= local,dev,bench,ray,verifiers,serve,otel,search,docs
+EXTRAS ?= local,dev,bench,ray,verifiers,serve,otel,search,docs,mcp
 TIMES  := $(VENV)/phase-times
 comma  := ,
 

@@ -172,7 +172,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         last = LastAnswer()
         rlm = opts.build(trace_path=trace, trace_dir=None if trace else a.trace_dir,
                          sinks=[view, last] if view else [last], preflight=False,
-                         sources=a.sources)
+                         sources=a.sources, mcp_servers=a.mcp)
     except (RecursaError, ValueError, TypeError, OSError) as e:
         notes.error(plain_error(e))
         return EXIT_USAGE
@@ -386,6 +386,11 @@ def register(sub: Any) -> None:
     r.add_argument("--sources", action="store_true",
                    help="ask the model for the passages its answer rests on, check them "
                    "against the context and print them after the answer")
+    r.add_argument("--mcp", metavar="CONFIG",
+                   help="a JSON file of MCP servers ({\"mcpServers\": {NAME: {\"command\", "
+                   "\"args\", \"env\", \"allow\": [TOOL, ...]}}}): each allowed tool becomes "
+                   "a function mcp_NAME_TOOL(...) in the REPL, called by recursa, never by the "
+                   "sandbox (docs/tools.md)")
     add_model_options(r)
     r.set_defaults(fn=cmd_run, preload=("recursa.core.rlm", "recursa.core.preflight"))
 

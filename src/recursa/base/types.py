@@ -202,6 +202,9 @@ class ContextPayload(BaseModel):
     kind: Literal["text", "json"]
     sha256: str
     size_bytes: int
+    # functions the REPL gets beside its helpers, each answered by the host (a `host_function`
+    # call; recursa/sandbox/protocol.py): a run's MCP tools (recursa.core.mcp_tools)
+    functions: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Cell(BaseModel):

@@ -74,6 +74,7 @@ from recursa.obs.streaming import turn_deltas
 from recursa.obs.trace import Tracer
 
 if TYPE_CHECKING:
+    from recursa.core.mcp_tools import McpHub
     from recursa.core.tools import ToolSet
 
 KEEP = "KEEP"
@@ -124,6 +125,7 @@ class RunEnv:
     strategy: str = "auto"        # code | plan | auto (recursa.core.strategy)
     sources: bool = False         # the root is taught to attach sources (recursa.core.sources)
     route: dict[str, Any] | None = None   # why the top-level run runs the loop (core/route.py)
+    mcp: McpHub | None = None     # the run's MCP servers: their tools are REPL functions
     dispatcher: Dispatcher = field(init=False)
 
     def __post_init__(self) -> None:
@@ -297,7 +299,8 @@ class Run:
     async def _begin(self, context: Any) -> Step:
         await self._open(context)
         if self.depth == 0:
-            mode, why = choose(self.env.strategy, self.env.root_client.name)
+            mode, why = choose(self.env.strategy, self.env.root_client.name,
+                               code_tools=bool(self.env.mcp is not None and self.env.mcp.tools))
             self.rec.note(strategy=mode, strategy_reason=why)
             # a plan runs first in plan mode; when the root answers from its results, that is all
             if await strategy_for(mode).begin(self):
@@ -572,7 +575,11 @@ class Run:
         self.sandbox = env.root_sandbox if self.depth == 0 and env.root_sandbox is not None \
             else env.make_sandbox()
         self.node.parent = self.rec.id
-        base_handler = with_search(env.dispatcher.handler(self.node), prep.payload)
+        payload = prep.payload
+        base_handler = with_search(env.dispatcher.handler(self.node), payload)
+        if env.mcp is not None and env.mcp.tools:     # typed functions the host answers
+            payload = payload.model_copy(update={"functions": env.mcp.functions()})
+            base_handler = env.mcp.serve(base_handler, self.node)
 
         async def handler(kind: str, args: dict[str, Any]) -> Any:
             st.model_calls += 1
@@ -585,7 +592,7 @@ class Run:
                 self.calls.discard(task)   # type: ignore[arg-type]
         # The worker starts while the root model writes its first reply: with a real model the
         # sandbox's start-up (a process, bubblewrap, the context load) costs no wall time.
-        self.starting = asyncio.create_task(self.sandbox.start(prep.payload, handler))
+        self.starting = asyncio.create_task(self.sandbox.start(payload, handler))
         # Let the start get its process going before this task's first model call, whose first
         # use of the HTTP stack imports it (~0.1 s): a local sandbox then boots on another core
         # meanwhile instead of after the request (benchmarks/bench_startup.py).
@@ -595,7 +602,8 @@ class Run:
             sub_context_chars=env.sub_context_chars, tips=env.tips, tool_names=env.tool_names,
             system_template=env.system_template, example=env.example, output=self.output,
             preface=env.preface if self.depth == 0 else None,
-            sources=env.sources and self.depth == 0)
+            sources=env.sources and self.depth == 0,
+            repl_tools=env.mcp.prompt_lines() if env.mcp is not None else None)
         st.first_user = st.messages[1]["content"]
         st.seen.append(plain_digits(st.first_user))
         st.full = list(st.messages)
@@ -692,7 +700,8 @@ def first_messages(query: str, description: str, *, max_output_chars: int = 8192
                    sub_context_chars: int = 100_000, tips: str | None = None,
                    tool_names: list[str] | None = None, system_template: str | None = None,
                    example: bool = True, output: OutputSpec | None = None,
-                   preface: str | None = None, sources: bool = False) -> list[Message]:
+                   preface: str | None = None, sources: bool = False,
+                   repl_tools: list[str] | None = None) -> list[Message]:
     """A run's system and first user message (a verifiers dataset's prompt is built here too,
     so the policy sees what the step machine records). `sources`: the rule and worked example
     that ask for the answer's sources (recursa.core.sources)."""
@@ -703,7 +712,7 @@ def first_messages(query: str, description: str, *, max_output_chars: int = 8192
                                    sub_chars=sub_context_chars, tips=tips,
                                    tool_names=tool_names, template=system_template,
                                    example=example, search=search_available(),
-                                   sources=sources)
+                                   sources=sources, repl_tools=repl_tools)
     first = prompts.FIRST_USER.format(query=query, description=description)
     if preface:
         first += "\n\n" + preface

@@ -152,6 +152,12 @@ INVALID_OUTPUT = """Not committed: the answer does not match the required JSON s
 {errors}
 Fix it and commit a JSON value that matches the schema: {example}."""
 
+# the allowed tools of the run's MCP servers, as REPL functions (recursa.core.mcp_tools)
+REPL_TOOLS = """- Tools of MCP servers, called from code like any function (each returns the tool's \
+result: a str, list or dict; a failed call raises; help(name) shows its arguments):
+{lines}
+"""
+
 TOOLS_LINE = "- Your sub-models (llm_query, llm_batch) can use these tools, which you cannot call " \
              "yourself: {names}. Ask them in plain words to use the tools.\n"
 
@@ -159,11 +165,15 @@ TOOLS_LINE = "- Your sub-models (llm_query, llm_batch) can use these tools, whic
 def system_prompt(*, context_type: str, max_output_chars: int, sub_chars: int = 100_000,
                   tips: str | None = None, tool_names: list[str] | None = None,
                   template: str | None = None, example: bool = True,
-                  search: bool = False, sources: bool = False) -> str:
+                  search: bool = False, sources: bool = False,
+                  repl_tools: list[str] | None = None) -> str:
     """The root's system prompt; `example=False` leaves the worked example out (to ablate it:
     it was written on dev tasks, and a small model may copy it onto unrelated questions).
-    `sources=True` adds the rule and the example's commit with sources (recursa.core.sources)."""
+    `sources=True` adds the rule and the example's commit with sources (recursa.core.sources).
+    `repl_tools`: one line per MCP tool the REPL holds (signature: summary)."""
     tools = TOOLS_LINE.format(names=", ".join(tool_names)) if tool_names else ""
+    if repl_tools:
+        tools = REPL_TOOLS.format(lines="\n".join(f"  - {line}" for line in repl_tools)) + tools
     tips_s = f"\n<tips>\n{tips.strip()}\n</tips>\n" if tips else ""
     return (template or SYSTEM).format(context_type=context_type,
                                        max_output_chars=max_output_chars, sub_chars=sub_chars,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from recursa.obs.notebook import auto_sinks
 from recursa.obs.trace import CallbackSink, JsonlSink, Tracer, new_id
 
 if TYPE_CHECKING:
+    from recursa.core.mcp_tools import ServerConfig
     from recursa.core.route import Route
     from recursa.core.session import Session
     from recursa.core.tools import Tool, ToolSet
@@ -79,6 +81,10 @@ class RLM:
     fits `route_threshold` tokens (default: half the root model's declared window, else 8,192),
     else the loop (recursa.core.route); `Result.route` says which ran. A session's questions
     always run the loop.
+    `mcp_servers`: MCP servers whose allowed tools become typed functions in the REPL,
+    `mcp_<server>_<tool>(...)`, called by the host (a path to a JSON file or its dict:
+    `{"mcpServers": {name: {"command", "args", "env", "allow": [...]}}}`; recursa.core.mcp_tools,
+    docs/tools.md). They start with each run and close when it ends.
     """
 
     def __init__(self, model: str | ModelClient | None = None,
@@ -104,6 +110,7 @@ class RLM:
                  prices: Mapping[str, Any] | None = None, preflight: bool = True,
                  strategy: str = "auto", example: bool = True, sources: bool = False,
                  route: str = "rlm", route_threshold: int | None = None,
+                 mcp_servers: str | os.PathLike[str] | Mapping[str, Any] | None = None,
                  **limits: Any):
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
@@ -166,6 +173,11 @@ class RLM:
         self.route_threshold = check_threshold(route_threshold)
         # shown under the query in the root's first message (a session's earlier Q&A)
         self.preface: str | None = None
+        # MCP servers (recursa.core.mcp_tools): checked now, started with each run
+        self.mcp_servers: list[ServerConfig] = []
+        if mcp_servers is not None:
+            from recursa.core.mcp_tools import load_servers
+            self.mcp_servers = load_servers(mcp_servers)
 
     # ------------------------------------------------------------ public API
     def completion(self, query: str, context: Any = None, *, output: Any = None,
@@ -210,6 +222,7 @@ class RLM:
             Deadline(budget.max_seconds,
                      reserve=default_reserve(budget.max_seconds, self.last_turn_seconds))
         owned: list[ModelClient] = []
+        servers = contextlib.AsyncExitStack()    # the run's MCP servers, closed in any case
         try:
             root = self._client(self.model, self.base_url, self.api_key, owned)
             sub = root if self.sub_model == self.model else self._client(
@@ -218,9 +231,10 @@ class RLM:
             extra = {name: self._client(spec, self.base_url, self.api_key, owned)
                      for name, spec in self.models.items()}
             extra.setdefault(root.name, root)
-            # a session's question runs in its kept sandbox: never routed
+            # a session's question runs in its kept sandbox, and MCP tools are called from the
+            # REPL: never routed
             routed = await self._aroute(query, context, root, output) \
-                if scope.sandbox is None else None
+                if scope.sandbox is None and not self.mcp_servers else None
             direct = routed is not None and routed.path == "direct"
             if self.preflight:     # fail before the first model call, having spent nothing
                 from recursa.core.preflight import acheck, target_of_client
@@ -235,13 +249,19 @@ class RLM:
                                         budget=budget, ledger=ledger, tracer=tracer,
                                         options=self.model_options, output=output,
                                         trace_path=str(trace_path) if trace_path else None)
+            tools, hub = self.sub_tools, None
+            if self.mcp_servers:
+                from recursa.core.mcp_tools import McpHub
+                hub = await servers.enter_async_context(
+                    McpHub(self.mcp_servers, ledger=ledger, tracer=tracer))
+                tools = hub.with_sub_tools(tools)
             env = RunEnv(budget=budget, ledger=ledger, tracer=tracer, root_client=root, sub_client=sub, clients=extra,
                          concurrency=self.concurrency, sub_options=self.sub_model_options,
-                         tools=self.sub_tools, make_sandbox=self._make_sandbox,
+                         tools=tools, make_sandbox=self._make_sandbox,
                          root_sandbox=scope.sandbox,
                          trace_path=str(trace_path) if trace_path else None,
                          max_output_chars=self.max_output_chars, root_options=self.model_options,
-                         tips=self.tips, tool_names=self.tool_names,
+                         tips=self.tips, tool_names=tools.names if tools else None, mcp=hub,
                          system_template=self.system_prompt,
                          sub_context_chars=_context_chars(sub),
                          last_turn_seconds=self.last_turn_seconds, output=output,
@@ -252,6 +272,7 @@ class RLM:
             res.route = "rlm"
             return res
         finally:
+            await servers.aclose()
             deadline.close()
             for c in owned:
                 try:
@@ -296,6 +317,10 @@ class RLM:
         unused session. Use as a context manager (`with` or `async with`) or call close().
         `loop`: live on this running event loop (async use from it only) instead of a thread
         of the session's own, e.g. to share model clients bound to a server's loop."""
+        if self.mcp_servers:
+            from recursa.core.mcp_tools import McpConfigError
+            raise McpConfigError("MCP servers (mcp_servers) are not available in sessions yet: "
+                                 "they start and stop with each run of completion()")
         from recursa.core.session import Session
         return Session(self, context, idle_timeout=idle_timeout, trace_path=trace_path,
                        loop=loop, **limits)

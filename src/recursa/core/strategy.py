@@ -19,13 +19,15 @@ def check_strategy(strategy: str) -> str:
     return strategy
 
 
-def choose(strategy: str, root_model: str) -> tuple[str, str]:
+def choose(strategy: str, root_model: str, *, code_tools: bool = False) -> tuple[str, str]:
     """The mode a run uses and why. `auto`: plan for small root models (a local model, or a
     name saying at most 8B parameters), which write poor free-form code but fill a typed plan
     well (a 1.5B in code mode answered "0" to a judged count whose answer was 83); code for
-    the rest."""
+    the rest, and for any run with `code_tools` (MCP tools: only code calls them)."""
     if strategy != "auto":
         return strategy, "asked for"
+    if code_tools:
+        return "code", "auto: the run has MCP tools, which only code can call"
     name = root_model.lower()
     m = _SIZE.search(name)
     if name.startswith("local:"):

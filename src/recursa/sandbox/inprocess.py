@@ -131,6 +131,7 @@ class InProcessSandbox:
         repl = mod.Repl(self._call, _LateRouter("out"), _LateRouter("err"))
         try:
             await asyncio.to_thread(repl.load_context, payload.path, payload.kind)
+            repl.define_functions(payload.functions)
         except (OSError, ValueError) as exc:
             raise SandboxError(f"could not load the context: {type(exc).__name__}: {exc}") from exc
         self._repl = repl

@@ -863,6 +863,7 @@ class LocalSandbox:
 
         self._session = WorkerSession(
             transport, context_path=ctx_path, kind=payload.kind, handler=handler,
+            functions=payload.functions,
             start_timeout=self.start_timeout, interrupt_grace=self.interrupt_grace)
         self._session.explain_death = self._explain_death
         try:
@@ -918,6 +919,7 @@ class LocalSandbox:
 
         self._session = WorkerSession(
             transport, context_path=ctx_path, kind=payload.kind, handler=handler,
+            functions=payload.functions,
             start_timeout=self.start_timeout, interrupt_grace=self.interrupt_grace)
         self._session.explain_death = self._explain_death
         try:

@@ -5,8 +5,10 @@ process for Docker / Modal). Each message is a *frame*: a 4-byte big-endian unsi
 followed by that many bytes of UTF-8 JSON encoding one object with a ``type`` key.
 
 host -> worker
-  init       {context_path: str|null, kind: "text"|"json"}
-             Load the context once into the REPL as ``context``. Answered by ``ready``
+  init       {context_path: str|null, kind: "text"|"json", functions?: [spec, ...]}
+             Load the context once into the REPL as ``context``, and define the host
+             functions (``Repl.define_functions``: name, params, doc), each of which sends a
+             ``host_function`` call {name, arguments}. Answered by ``ready``
              {load_s, python, pid, protocol} or ``init_error`` {error}. A worker started
              with ``--late-context`` (pre-started before its context was known) accepts
              nothing before ``init``: it opens ``context_path``, then drops its uid; any other
@@ -22,7 +24,7 @@ host -> worker
   shutdown   {}          Exit cleanly.
 
 worker -> host
-  call       {id: str, kind: "llm"|"llm_batch"|"rlm"|"rlm_batch", args: {...}}
+  call       {id: str, kind: "llm"|"llm_batch"|"rlm"|"rlm_batch"|"host_function"|..., args: {...}}
              Sent from any thread of user code; that thread blocks until the ``result`` with
              the same id. Several calls may be outstanding at once; results may come in any
              order.

@@ -68,10 +68,12 @@ class WorkerSession:
 
     def __init__(self, transport_factory: Callable[[], Transport], *, context_path: str | None,
                  kind: str, handler: CallHandler, start_timeout: float = 60.0,
-                 interrupt_grace: float = 2.0, limits: protocol.FrameLimits | None = None):
+                 interrupt_grace: float = 2.0, limits: protocol.FrameLimits | None = None,
+                 functions: list[dict[str, Any]] | None = None):
         self._factory = transport_factory
         self._context_path = context_path
         self._kind = kind
+        self._functions = list(functions or [])   # host functions, defined at every (re)start
         self._handler = handler
         self._start_timeout = start_timeout
         self._grace = interrupt_grace
@@ -127,8 +129,11 @@ class WorkerSession:
             raise SandboxError(f"could not start the sandbox worker: {exc}") from exc
         self._reader = asyncio.create_task(self._read_loop(transport, self._events))
         try:
-            await self._send({"type": "init", "context_path": self._context_path,
-                              "kind": self._kind})
+            init: dict[str, Any] = {"type": "init", "context_path": self._context_path,
+                                    "kind": self._kind}
+            if self._functions:
+                init["functions"] = self._functions
+            await self._send(init)
             msg = await asyncio.wait_for(self._next_message(), self._start_timeout)
         except _Breach as exc:
             self.start_failure = "died"

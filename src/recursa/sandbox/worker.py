@@ -45,6 +45,12 @@ HELPER_NAMES = (
     "chunk", "llm_map", "llm_filter", "llm_rank", "llm_reduce", "pairs",
 )
 RESERVED_NAMES = frozenset(HELPER_NAMES) | {"context", "answer"}
+# host functions (Repl.define_functions): JSON-schema types as annotations, and the errors the
+# host may name for a failed call (anything else raises RuntimeError)
+_ANNOTATIONS = {"string": str, "integer": int, "number": float, "boolean": bool, "array": list,
+                "object": dict}
+_HOST_ERRORS = {"PermissionError": PermissionError, "ValueError": ValueError,
+                "TimeoutError": TimeoutError, "RuntimeError": RuntimeError}
 
 
 # ------------------------------------------------------------------ output capture
@@ -210,6 +216,7 @@ class Repl:
         self._cell_no = 0
         self.globals: dict[str, Any] = {}
         self._helpers: dict[str, Any] = {}
+        self._builtins: dict[str, Any] = {}
         self._setup_namespace()
 
     # -- namespace
@@ -235,7 +242,7 @@ class Repl:
         h["pairs"] = self.pairs
         # A private builtins dict: if user code deletes a helper from globals, the name still
         # resolves (to the original) through builtins.
-        bdict = dict(builtins.__dict__)
+        bdict = self._builtins = dict(builtins.__dict__)
         bdict.update(h)
         g = self.globals
         g["__name__"] = "__main__"
@@ -248,6 +255,57 @@ class Repl:
         g.update(re=re, json=json, math=math, collections=collections)
         g["context"] = None
         g["answer"] = {"content": "", "ready": False}
+
+    def define_functions(self, specs: Any) -> None:
+        """Functions the host answers (MCP tools: recursa/core/mcp_tools.py), defined beside the
+        helpers: typed by their spec, each call sent to the host as a `host_function` call."""
+        for spec in specs or []:
+            fn = self._host_function(spec)
+            self._helpers[fn.__name__] = fn
+            self._builtins[fn.__name__] = fn
+            self.globals[fn.__name__] = fn
+
+    def _host_function(self, spec: Any) -> Callable[..., Any]:
+        import inspect  # only a run with host functions pays for it at start-up
+        import keyword
+        name = spec.get("name") if isinstance(spec, dict) else None
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) \
+                or name.startswith("_") or name in RESERVED_NAMES or name in self._helpers:
+            raise ValueError(f"bad host function name {name!r}")
+        params, extra = [], None
+        for p in spec.get("params") or []:
+            kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+            ann = _ANNOTATIONS.get(p.get("type"), inspect.Parameter.empty)
+            default = inspect.Parameter.empty if p.get("required") else p.get("default")
+            params.append(inspect.Parameter(str(p["name"]), kind, default=default,
+                                            annotation=ann))
+        if spec.get("extra"):    # argument names that are not identifiers go as **extra
+            extra = inspect.Parameter(str(spec["extra"]), inspect.Parameter.VAR_KEYWORD)
+            params.append(extra)
+        params.sort(key=lambda q: (q.kind, q.default is not inspect.Parameter.empty))
+        sig = inspect.Signature(params)
+        call = self._call
+
+        def host_function(*args: Any, **kwargs: Any) -> Any:
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{name}(): {exc}") from None
+            arguments = dict(bound.arguments)     # only what the caller gave: no defaults
+            if extra is not None:
+                arguments.update(arguments.pop(extra.name, {}))
+            res = call("host_function", {"name": name, "arguments": arguments})
+            if isinstance(res, dict) and "error" in res:
+                exc_type = _HOST_ERRORS.get(str(res.get("type")), RuntimeError)
+                raise exc_type(res["error"])
+            if isinstance(res, dict) and "value" in res:
+                return res["value"]
+            raise RuntimeError(f"{name}(): {res}")   # the host's "Error: ..." string
+
+        host_function.__name__ = host_function.__qualname__ = name
+        host_function.__doc__ = str(spec.get("doc") or "")
+        host_function.__signature__ = sig  # type: ignore[attr-defined]
+        return host_function
 
     def set_context(self, value: Any) -> None:
         self.globals["context"] = value
@@ -948,6 +1006,7 @@ class Worker:
                 fd = self.preopened.pop(path, None) if path else None
                 if path is not None or fd is not None:
                     self.repl.load_context(path, msg.get("kind", "text"), fd=fd)
+                self.repl.define_functions(msg.get("functions"))
             except Exception as exc:
                 self.ch.send({"type": "init_error", "error": f"{type(exc).__name__}: {exc}"})
                 return

@@ -303,6 +303,7 @@ class RemoteSandbox:
             self._session = WorkerSession(
                 self.launcher.transport, context_path=f"{self.remote_dir}/context",
                 kind=payload.kind, handler=handler, start_timeout=self.start_timeout,
+                functions=payload.functions,
                 interrupt_grace=self.interrupt_grace)
             await self._session.start()
         except BaseException:
