@@ -1,8 +1,9 @@
 """Environments in three variants (`llm`, `rlm`, `rlm_tips`), each with its reward function.
 
-An environment turns a seed into an instance (reusing the generators of `recursa.bench`), tells
-each variant what to show the model, which tools the sub-models hold, and scores an answer with
-the same scorer the evaluation suite uses. Tips are environment-specific guidance that the RLM's
+An environment turns a seed into an instance (reusing a task family of the registry in
+`recursa.frontend.tasks`: the bench's families, or a plugin's), tells each variant what to show
+the model, which tools the sub-models hold, and scores an answer with the same scorer the
+evaluation suite uses. Tips are environment-specific guidance that the RLM's
 system prompt wraps in <tips>...</tips>, so they can be stripped from training data.
 """
 
@@ -13,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from recursa.bench import Instance, get_task
+from recursa.frontend.tasks import TaskInstance as Instance
+from recursa.frontend.tasks import get_task
 
 VARIANTS = ("llm", "rlm", "rlm_tips")
 TIPS_RE = re.compile(r"\n?<tips>.*?</tips>\n?", re.S)
@@ -32,7 +34,7 @@ def strip_tips(text: str) -> str:
 
 @dataclass(frozen=True)
 class Env:
-    """One environment. `task` names the evaluation-suite task family it reuses."""
+    """One environment. `task` names the task family it reuses (recursa.frontend.tasks)."""
 
     name: str
     task: str
