@@ -42,6 +42,8 @@ class Env:
     tips: str
     default_length: int
     uses_tools: bool = False
+    # the llm variant is sent the question alone: the problem is in it (its context repeats it)
+    question_only: bool = False
     gen_options: tuple[tuple[str, Any], ...] = ()
 
     def instance(self, seed: int, length_tokens: int | None = None) -> Instance:
@@ -83,7 +85,7 @@ class Env:
             body = "\n\n".join(f"[{k}]\n{v}" for k, v in ctx.items())
         else:
             body = str(ctx)
-        if self.task == "math_python":
+        if self.question_only:
             return [{"role": "system", "content": LLM_SYSTEM},
                     {"role": "user", "content": inst.query}]
         return [{"role": "system", "content": LLM_SYSTEM},
@@ -111,7 +113,7 @@ ENVS: dict[str, Env] = {e.name: e for e in (
              "look-ups. Put what one hop found into the next hop's prompt. Beware of "
              "near-identical names: ask sub-models to check every detail of the question. "
              "Then set answer['content'] to the short answer and answer['ready'] = True."),
-    Env(name="math_python", task="math_python", default_length=0,
+    Env(name="math_python", task="math_python", default_length=0, question_only=True,
         description="seeded arithmetic / algebra / combinatorics problems",
         tips="Compute the answer exactly with Python in the REPL (fractions.Fraction, "
              "math.comb, pow(a, e, m), sympy if present); no sub-calls are needed. Print the "
