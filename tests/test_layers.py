@@ -97,6 +97,7 @@ def imports_of(module: str, path: Path, strings: bool = False) -> set[str]:
     return found
 
 
+@cache      # parsed once for the tests below that share it
 def graph(strings: bool = False) -> dict[str, set[str]]:
     return {name: imports_of(name, path, strings) for name, path in modules().items()}
 
