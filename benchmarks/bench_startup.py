@@ -74,10 +74,10 @@ def _children_cpu() -> float:
 def _floor_script() -> str:
     """The floor row's program. It hides what `recursa run` hides from httpx (imported here,
     not at module level: a 5a driver must not have imported recursa before it times that).
-    httpcore is imported inside the hiding, as recursa.lean_imports does: httpx imports it
+    httpcore is imported inside the hiding, as recursa.frontend.lean_imports does: httpx imports it
     only when its first client is made, and where trio and h2 are installed (the dev venv)
     they would then load after all, ~60 ms that `recursa run` does not pay."""
-    from recursa.lean_imports import COMMAND_UNUSED
+    from recursa.frontend.lean_imports import COMMAND_UNUSED
     return """
 import sys, time
 for m in UNUSED:

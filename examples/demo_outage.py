@@ -18,7 +18,7 @@ import time
 from _spend import print_spend
 
 from recursa import RLM
-from recursa.demo import make_case
+from recursa.demos.outage import make_case
 from recursa.obs.console import ConsoleView
 
 

@@ -13,7 +13,7 @@ and no other (a list of suspects is wrong).
 
     .venv/bin/python examples/demo_paraphrase.py [--seed N] [--strategy code|plan] [--model local:...]
 
-Seeds from 1000 are the held-out test split (src/recursa/demo_paraphrase.py); 1000 is the default.
+Seeds from 1000 are the held-out test split (src/recursa/demos/paraphrase.py); 1000 is the default.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import time
 from _spend import print_spend
 
 from recursa import RLM
-from recursa.demo_paraphrase import TEST_SEEDS_FROM, make_case
+from recursa.demos.paraphrase import TEST_SEEDS_FROM, make_case
 from recursa.obs.console import ConsoleView
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from recursa import RLM
-from recursa.demo import make_case
+from recursa.demos.outage import make_case
 
 
 class Incident(BaseModel):

@@ -270,7 +270,7 @@ def test_query_words_drop_boilerplate() -> None:
 
 # ---------------------------------------------------------------- the demo's judge
 def test_demo_check_is_strict() -> None:
-    from recursa.demo import CAUSES, FIXERS, make_case
+    from recursa.demos.outage import CAUSES, FIXERS, make_case
     case = make_case(3, chars=20_000)
     surname = case.fixer.split()[-1]
     assert case.check(f"{case.cause_word}s; {case.fixer} fixed it.")

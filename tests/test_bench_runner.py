@@ -267,7 +267,7 @@ def test_cli_run_exits_nonzero_when_rows_failed_and_says_why(tmp_path: Path) -> 
 
 
 def test_failure_reasons_groups_and_counts() -> None:
-    from recursa.bench.cli import failure_reasons
+    from recursa.frontend.failures import failure_reasons
     rows = [{"error": "boom"}] * 3 + [{"error": "bang  \n twice"}] * 2 + [{}]
     assert failure_reasons(rows) == [("boom", 3), ("bang twice", 2), ("unknown error", 1)]
     many = [{"error": f"e{i}"} for i in range(8)]
@@ -276,7 +276,7 @@ def test_failure_reasons_groups_and_counts() -> None:
 
 def _run_args(*extra: str) -> Any:
     from recursa.cli import build_parser
-    from recursa.options import RLMOptions
+    from recursa.frontend.options import RLMOptions
     a = build_parser().parse_args(["bench", "run", "--task", "para_niah", "--out", "x", *extra])
     return a, RLMOptions.from_args(a)
 

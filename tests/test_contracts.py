@@ -111,7 +111,7 @@ def test_sandbox_kinds_from_packages_are_options_and_unknown_ones_are_plain_word
         plugin_dir: Path, capsys: pytest.CaptureFixture[str]):
     import argparse
 
-    from recursa.options import RLMOptions
+    from recursa.frontend.options import RLMOptions
     parser = argparse.ArgumentParser()
     RLMOptions.add_to(parser)
     assert parser.parse_args(["--sandbox", "mybox"]).sandbox == "mybox"

@@ -1,4 +1,4 @@
-"""The harder demo's case (recursa.demo_paraphrase): a grep cannot answer it, and its judge is
+"""The harder demo's case (recursa.demos.paraphrase): a grep cannot answer it, and its judge is
 strict. No model runs here."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from recursa.bench.baselines import grep_answer, query_words
-from recursa.demo_paraphrase import CAUSES, FIXERS, QUERY, TEST_SEEDS_FROM, make_case
+from recursa.demos.paraphrase import CAUSES, FIXERS, QUERY, TEST_SEEDS_FROM, make_case
 
 
 def _power_report(text: str) -> str:

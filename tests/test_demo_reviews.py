@@ -1,4 +1,4 @@
-"""`make demo`'s case (recursa.demo_reviews): no baseline without a model answers it, its
+"""`make demo`'s case (recursa.demos.reviews): no baseline without a model answers it, its
 judge is strict, and its seeds are split. No model runs here."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections import Counter
 
 from recursa.bench.tasks._reviews import LABEL_WORDS
 from recursa.bench.tasks.strict import mentioned
-from recursa.demo_reviews import MARGIN, N_SHOPS, QUERY, TEST_SEEDS_FROM, make_case
+from recursa.demos.reviews import MARGIN, N_SHOPS, QUERY, TEST_SEEDS_FROM, make_case
 
 
 def _shops(context: str) -> Counter[str]:

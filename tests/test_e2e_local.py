@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from recursa import RLM
-from recursa.demo import make_case
+from recursa.demos.outage import make_case
 from recursa.obs.trace import load_events
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.usefixtures("qwen")]

@@ -80,6 +80,9 @@ def test_llm_messages_hold_the_context() -> None:
     [system, user] = env.llm_messages(inst)
     assert system["role"] == "system" and str(inst.context)[:200] in user["content"]
     assert user["content"].endswith(inst.query)
+    math = get_env("math_python")      # question_only: the problem is the question
+    inst = math.instance(0)
+    assert math.llm_messages(inst)[1] == {"role": "user", "content": inst.query}
 
 
 # ------------------------------------------------------------------ scored rollouts

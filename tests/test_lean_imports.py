@@ -1,4 +1,4 @@
-"""recursa.lean_imports: in the `recursa` command's own process, httpx imported without the
+"""recursa.frontend.lean_imports: in the `recursa` command's own process, httpx imported without the
 packages the command never uses, hidden from the importing thread only, and the garbage
 collector paused and restored around imports; the library itself leaves httpx as it is."""
 
@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from recursa.lean_imports import _Hider, gc_paused
+from recursa.frontend.lean_imports import _Hider, gc_paused
 
 
 def _fresh(code: str) -> dict:
@@ -44,7 +44,7 @@ def test_the_library_leaves_httpx_as_httpx_has_it() -> None:
 def test_the_command_hides_trio_and_h2_too_and_http2_still_works() -> None:
     r = _fresh(
         "import sys, json\n"
-        "from recursa.lean_imports import COMMAND_UNUSED, import_httpx\n"
+        "from recursa.frontend.lean_imports import COMMAND_UNUSED, import_httpx\n"
         "import_httpx(COMMAND_UNUSED)\n"
         "hidden = sorted(m for m in ('trio', 'h2', 'click') if m in sys.modules)\n"
         "import httpx, trio, h2\n"

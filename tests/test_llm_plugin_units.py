@@ -46,12 +46,12 @@ def test_fragments_and_question_are_told_apart() -> None:
 
 def test_each_option_reaches_rlm_under_its_cli_name(tmp_path: Path, monkeypatch) -> None:
     """What RLM(...) receives for each -o option: the arguments `recursa run`'s flags give
-    (recursa.options.RLMOptions.rlm_kwargs), so the plugin and the CLI run alike."""
+    (recursa.frontend.options.RLMOptions.rlm_kwargs), so the plugin and the CLI run alike."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     (tmp_path / "recursa").mkdir()
     (tmp_path / "recursa" / "config.toml").write_text('[aliases]\nsmall = "openai:tiny"\n')
     from recursa import RLM
-    from recursa.options import RLMOptions
+    from recursa.frontend.options import RLMOptions
     opts = plugin.RecursaModel.Options
 
     def sent(**options: object) -> dict:

@@ -1,4 +1,4 @@
-"""The one options layer (recursa.options): every front end takes the same model, endpoint,
+"""The one options layer (recursa.frontend.options): every front end takes the same model, endpoint,
 limit and sandbox options with the same names, defaults and help; old spellings still work."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from recursa.cli import build_parser
-from recursa.options import LIMITS, OPTIONS, OptionError, RLMOptions, options_table
+from recursa.frontend.options import LIMITS, OPTIONS, OptionError, RLMOptions, options_table
 
 FRONT_ENDS = {"run": ["run"], "bench run": ["bench", "run"], "ablate": ["ablate"],
               "serve": ["serve"], "mcp": ["mcp"]}

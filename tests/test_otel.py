@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 from opentelemetry.trace import StatusCode  # noqa: E402
 
 from recursa.core.rlm import RLM  # noqa: E402
+from recursa.demos.synthetic import demo_run  # noqa: E402
 from recursa.models.replay import ReplayClient  # noqa: E402
 from recursa.obs.otel import OTelSink  # noqa: E402
 from recursa.obs.trace import Tracer, load  # noqa: E402
-from recursa.synthetic import demo_run  # noqa: E402
 
 
 @pytest.fixture

@@ -12,9 +12,9 @@ from recursa.bench.methods import MethodConfig, parse_method
 from recursa.core.combinators import leaf_item
 from recursa.core.prompts import system_prompt
 from recursa.core.strategies import plan as pl
+from recursa.frontend.options import RLMOptions
 from recursa.models.replay import ReplayClient
 from recursa.obs.trace import load_events
-from recursa.options import RLMOptions
 
 REVIEWS = "\n".join(f"User {i}: " + ("I love it" if i % 3 else "awful, broken")
                     for i in range(1, 31))

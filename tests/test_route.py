@@ -13,8 +13,8 @@ from recursa.base.images import Image
 from recursa.base.types import ContextError
 from recursa.core.rlm import RLM
 from recursa.core.route import DEFAULT_THRESHOLD, decide, threshold_for
+from recursa.frontend.options import RLMOptions
 from recursa.models.replay import ReplayClient
-from recursa.options import RLMOptions
 from recursa.sandbox import make_sandbox
 
 

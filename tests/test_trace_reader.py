@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from recursa.demos.synthetic import demo_context, demo_run, write_synthetic_trace
 from recursa.obs.trace import (
     TRACE_FORMAT,
     JsonlSink,
@@ -18,7 +19,6 @@ from recursa.obs.trace import (
     load_runs,
     parse_lines,
 )
-from recursa.synthetic import demo_context, demo_run, write_synthetic_trace
 
 USAGE = {"input_tokens": 100, "output_tokens": 10, "cached_tokens": 0}
 

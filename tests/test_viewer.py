@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from recursa.cli import main
+from recursa.demos.synthetic import demo_run, write_synthetic_trace
 from recursa.obs.trace import JsonlSink, Tracer
 from recursa.obs.viewer import embed_json, render_html, write_html
 from recursa.obs.viewer.live import LiveServer, read_from
-from recursa.synthetic import demo_run, write_synthetic_trace
 
 HOSTILE = "</script><script>alert('x')</script><!-- <img src=https://evil.example/x.png>"
 

@@ -19,10 +19,10 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
+from recursa.demos.synthetic import demo_run, write_synthetic_trace  # noqa: E402
 from recursa.obs.trace import JsonlSink, Tracer, load  # noqa: E402
 from recursa.obs.viewer import write_html  # noqa: E402
 from recursa.obs.viewer.live import LiveServer  # noqa: E402
-from recursa.synthetic import demo_run, write_synthetic_trace  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

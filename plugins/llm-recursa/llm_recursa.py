@@ -205,7 +205,7 @@ def root_spec(named: str | None) -> tuple[str, str]:
 
 def rlm_arguments(opts: Any, spec: str, system: str | None) -> dict[str, Any]:
     """RLM's keyword arguments for a prompt's options, named as `recursa run` names them
-    (recursa.options): limits, sandbox, strategy, route, sources, prices, trace, reply cap."""
+    (recursa.frontend.options): limits, sandbox, strategy, route, sources, prices, trace, reply cap."""
     from recursa.models import resolve_model
     sub_spec = resolve_model(opts.sub_model)[0] if opts.sub_model else spec
     kw: dict[str, Any] = dict(
@@ -234,7 +234,7 @@ def prices(text: str) -> list[tuple[str | None, float, float]]:
     """`-o price`: `[MODEL=]IN/OUT` (recursa run's --price), several separated by commas."""
     import argparse
 
-    from recursa.options import parse_price
+    from recursa.frontend.options import parse_price
     out = []
     for part in text.split(","):
         try:
@@ -290,8 +290,8 @@ def progress_view(asked: bool | None, stream: TextIO, kw: dict[str, Any]) -> Any
         return None
     from rich.console import Console
 
+    from recursa.frontend.options import LIMITS
     from recursa.obs.console import ConsoleView
-    from recursa.options import LIMITS
     console = Console(file=stream, highlight=False, soft_wrap=True)
     return ConsoleView(console, budget={k: kw[k] for k in LIMITS if k in kw}, live=False)
 

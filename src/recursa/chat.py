@@ -27,13 +27,13 @@ HELP = ("/cost     spend of each question and of the session\n"
 
 
 def register(sub: Any) -> None:
-    from recursa.cli import add_model_options
     p = sub.add_parser("chat", help="ask several questions about one context, in one session",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--context", "-c", required=True, action="append", metavar="PATH",
                    help="file, directory or pipe such as <(cmd) to talk about; repeat it for "
                    "several, which load as one context {name: contents}")
-    add_model_options(p, exclude=("route", "route_threshold"))   # sessions are never routed
+    from recursa.frontend.options import RLMOptions
+    RLMOptions.add_to(p, exclude=("route", "route_threshold"))   # sessions are never routed
     p.add_argument("--budget-per", choices=["question", "session"], default="question",
                    help="whether --max-cost, --max-tokens, --max-subcalls and --max-seconds cap "
                         "each question (default) or all of them together")
@@ -53,12 +53,12 @@ def default_trace_dir() -> Path:
 def cmd_chat(a: argparse.Namespace) -> int:
     from recursa.base.types import RecursaError
     from recursa.core.session import SESSION_LIMITS
-    from recursa.options import RLMOptions, plain_error
+    from recursa.frontend.options import RLMOptions, plain_error
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     out = Console(highlight=False, soft_wrap=True)
     try:
-        from recursa.cli_context import read_contexts
+        from recursa.frontend.contexts import read_contexts
         # before any model is fetched or checked; stdin is where the questions come from
         context = read_contexts(a.context, stdin=False,
                                 say=lambda m: err.print(f"[dim]{escape(m)}[/]"))

@@ -8,7 +8,6 @@ JSON) is the only thing on stdout; progress, the summary and errors go to stderr
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 
@@ -16,10 +15,9 @@ import sys
 # the options): mypy reads this constant as typing's.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import logging
     from typing import Any
 
-    from rich.console import Console
+    from recursa.frontend.console import Notices
 
 # exit statuses of `recursa run` (one table in docs/cli.md)
 EXIT_FINAL = 0        # the model confirmed its answer
@@ -32,107 +30,12 @@ EXIT_CODES = {"final": EXIT_FINAL, "error": EXIT_ERROR, "extracted": EXIT_EXTRAC
               "limit": EXIT_LIMIT}
 
 
-@functools.cache
-def stderr_console() -> Console:
-    """The console for notes and errors on stderr (errors stay one line). Made on first use:
-    `run -q`, `--json` and `--events jsonl` print no rich text and so never import rich."""
-    from rich.console import Console
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def escape(text: str) -> str:
-    """`text` with rich markup made literal."""
-    from rich.markup import escape as rich_escape
-    return rich_escape(text)
-
-
-def add_model_options(p: argparse.ArgumentParser, **kw: Any) -> None:
-    """The shared model, endpoint, limit and sandbox options (recursa.options)."""
-    from recursa.options import RLMOptions
-    RLMOptions.add_to(p, **kw)
-
-
-class Notices:
-    """Everything `run` says on stderr besides the event view, in the chosen shape: rich text,
-    JSON lines (--events jsonl: stderr stays pure JSON), or nothing but errors (-q)."""
-
-    def __init__(self, *, jsonl: bool, quiet: bool):
-        self.jsonl, self.quiet = jsonl, quiet
-        self._handler: logging.Handler | None = None
-        if jsonl:    # log warnings (no bwrap, ...) as JSON lines too
-            import logging
-            self._handler = logging.StreamHandler(sys.stderr)
-            self._handler.setFormatter(_json_log_formatter())
-            self._handler.setLevel(logging.WARNING)
-            logging.getLogger().addHandler(self._handler)
-
-    def close(self) -> None:
-        if self._handler is not None:
-            import logging
-            logging.getLogger().removeHandler(self._handler)
-            self._handler = None
-
-    def _json(self, kind: str, **data: Any) -> None:
-        sys.stderr.write(json.dumps({"kind": kind, **data}) + "\n")
-        sys.stderr.flush()
-
-    def info(self, message: str) -> None:
-        if self.jsonl:
-            self._json("notice", message=message)
-        elif not self.quiet:
-            stderr_console().print(f"[dim]{escape(message)}[/]")
-
-    def warn(self, message: str) -> None:
-        if self.jsonl:
-            self._json("notice", level="warning", message=message)
-        elif not self.quiet:
-            stderr_console().print(f"[yellow]{escape(message)}[/]")
-
-    def error(self, message: str) -> None:
-        if self.jsonl:
-            self._json("error", message=message)
-        else:
-            stderr_console().print(f"[red]error:[/] {escape(message)}")
-
-
-def _json_log_formatter() -> logging.Formatter:
-    import logging
-
-    class JsonLogFormatter(logging.Formatter):
-        def format(self, record: logging.LogRecord) -> str:
-            return json.dumps({"kind": "log", "level": record.levelname.lower(),
-                               "logger": record.name, "message": record.getMessage()})
-
-    return JsonLogFormatter()
-
-
-def read_schema(arg: str | None) -> Any:
-    """`--schema FILE`: a JSON schema the answer must match (checked before any model call)."""
-    from pathlib import Path
-
-    from recursa.options import OptionError
-    if arg is None:
-        return None
-    try:
-        schema = json.loads(Path(arg).read_text())
-    except OSError as e:
-        raise OptionError(f"--schema {arg}: cannot read it ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise OptionError(f"--schema {arg}: not JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(schema, dict):
-        raise OptionError(f"--schema {arg}: a JSON schema is an object, got {type(schema).__name__}")
-    from recursa.core.output import OutputSpec
-    try:
-        return OutputSpec.of(schema)
-    except ValueError as e:
-        raise OptionError(f"--schema {arg}: {e}") from None
-
-
 NO_CONTEXT = ("no context to answer over: give --context FILE or DIR (repeat it for several), "
               "or pipe the text in and pass --context -")
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    from recursa.frontend.console import Notices
     notes = Notices(jsonl=a.events == "jsonl", quiet=a.quiet)
     try:
         return _run(a, notes)
@@ -144,7 +47,9 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
     from pathlib import Path
 
     from recursa.base.types import RecursaError
-    from recursa.options import OptionError, RLMOptions, plain_error, query_and_cache
+    from recursa.frontend.console import escape, stderr_console
+    from recursa.frontend.options import OptionError, RLMOptions, plain_error, query_and_cache
+    from recursa.frontend.schema import read_schema
 
     view: Any = None
     try:
@@ -156,7 +61,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         if query is None:
             raise OptionError("no QUERY given: recursa run QUESTION --context FILE")
         opts = RLMOptions.from_args(a).with_default_model(say=notes.warn)
-        from recursa.cli_context import read_contexts
+        from recursa.frontend.contexts import read_contexts
         context = read_contexts(a.context, say=notes.info)
         if context is None:
             raise OptionError(NO_CONTEXT)
@@ -331,7 +236,7 @@ class _Version(argparse.Action):
 # `sub.add_parser(NAME, help=<the same line>)` and `set_defaults(fn=...)`; fn(args) returns the
 # exit status. Optional defaults: `uses_http=False` (a command that never speaks HTTP: httpx is
 # not imported for it), `preload=(module, ...)` (what fn imports anyway: imported up front
-# with the garbage collector paused, see recursa.lean_imports).
+# with the garbage collector paused, see recursa.frontend.lean_imports).
 # tests/test_cli.py checks the table against the modules.
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("recursa.cli", "answer a question over a file, a directory or stdin"),
@@ -391,7 +296,8 @@ def register(sub: Any) -> None:
                    "\"args\", \"env\", \"allow\": [TOOL, ...]}}}): each allowed tool becomes "
                    "a function mcp_NAME_TOOL(...) in the REPL, called by recursa, never by the "
                    "sandbox (docs/tools.md)")
-    add_model_options(r)
+    from recursa.frontend.options import RLMOptions
+    RLMOptions.add_to(r)
     r.set_defaults(fn=cmd_run, preload=("recursa.core.rlm", "recursa.core.preflight"))
 
 
@@ -435,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(argv).parse_args(argv)
     if entry:
-        from recursa.lean_imports import command_imports
+        from recursa.frontend.lean_imports import command_imports
         command_imports(http=getattr(args, "uses_http", True),
                         modules=getattr(args, "preload", ()))
     return int(args.fn(args) or 0)

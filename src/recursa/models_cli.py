@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from recursa.cli import escape, stderr_console
+from recursa.frontend.console import escape, stderr_console
 
 
 def _error(message: str) -> int:
@@ -224,8 +224,8 @@ def _env_note(prefix: str) -> str:
 
 # ------------------------------------------------------------------ the commands
 def register(sub: Any) -> None:
-    from recursa.cli import COMMANDS
-    m = sub.add_parser("models", help=COMMANDS["models"][1])
+    m = sub.add_parser("models", help="list models and providers, fetch a local model, or set "
+                       "the default model")
     ms = m.add_subparsers(dest="action", required=True)
     ls = ms.add_parser("list", help="local models, every provider, and the models a "
                        "reachable local server (Ollama, LM Studio, vLLM) serves")
@@ -240,7 +240,8 @@ def register(sub: Any) -> None:
     d.add_argument("--unset", action="store_true", help="forget the default set before")
     d.set_defaults(fn=cmd_models_default, uses_http=False)
 
-    al = sub.add_parser("aliases", help=COMMANDS["aliases"][1])
+    al = sub.add_parser("aliases", help="short names for model specs (recursa aliases set fast "
+                        "openai:gpt-5-mini)")
     als = al.add_subparsers(dest="action", required=True)
     als.add_parser("list", help="the aliases, NAME = MODEL").set_defaults(fn=cmd_aliases,
                                                                           uses_http=False)
@@ -252,7 +253,7 @@ def register(sub: Any) -> None:
     rm.add_argument("name", metavar="NAME")
     rm.set_defaults(fn=cmd_aliases, uses_http=False)
 
-    k = sub.add_parser("keys", help=COMMANDS["keys"][1])
+    k = sub.add_parser("keys", help="store API keys in your settings file (never shown)")
     ks = k.add_subparsers(dest="action", required=True)
     ks.add_parser("list", help="the providers with a stored key (never the keys)"
                   ).set_defaults(fn=cmd_keys, uses_http=False)

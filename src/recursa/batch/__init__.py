@@ -1,6 +1,2 @@
-"""Old path of recursa.core.batch, kept for one release; import recursa.core.batch instead.
-
-The `recursa batch` command (recursa.batch.cli) stays here with the other front ends.
-"""
-
-from recursa.core.batch import *  # noqa: F401,F403
+"""The `recursa batch` command (recursa.batch.cli). `RLM.batch` and its parts live in
+recursa.core.batch."""

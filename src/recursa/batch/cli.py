@@ -23,16 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from recursa.core.batch.table import TABLE_FORMATS
-from recursa.options import OptionError, RLMOptions, _number, plain_error, query_and_cache
+from recursa.frontend.options import OptionError, RLMOptions, _number, plain_error, query_and_cache
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BUDGET, EXIT_INTERRUPTED = 0, 1, 2, 4, 130
 
 
 def register(sub: Any) -> None:
-    from recursa.cli import COMMANDS, add_model_options
     from recursa.core.batch.executors import add_executor_options
     b = sub.add_parser(
-        "batch", help=COMMANDS["batch"][1],
+        "batch", help="one question over many documents (or many over one), resumable",
         description="Run QUERY over every context (a directory: one item per file; a "
         ".jsonl/.csv/.parquet file: one item per row), or every --queries line over one "
         "--context. One JSON row per item in --out, fsynced; re-running resumes. Exit status: "
@@ -78,7 +77,7 @@ def register(sub: Any) -> None:
     b.add_argument("--retries", type=_number(int, 0), default=2, metavar="N",
                    help="ray: times an item whose worker or node died is tried again")
     add_executor_options(b, what="items")
-    add_model_options(b, skip_aliases=("--concurrency",))
+    RLMOptions.add_to(b, skip_aliases=("--concurrency",))
     b.set_defaults(fn=cmd_batch)
 
 
@@ -102,7 +101,7 @@ def _items(a: argparse.Namespace) -> list[Any]:
             qs = [q.strip() for q in Path(a.queries).read_text(encoding="utf-8").splitlines()]
         except OSError as e:
             raise OptionError(f"--queries {a.queries}: cannot read it ({e.strerror})") from None
-        from recursa.cli_context import read_contexts
+        from recursa.frontend.contexts import read_contexts
         corpus = read_contexts(a.context)
         return make_items([(q, corpus) for q in dict.fromkeys(q for q in qs if q)])
     if a.context:
@@ -119,7 +118,8 @@ def _items(a: argparse.Namespace) -> list[Any]:
 
 def cmd_batch(a: argparse.Namespace) -> int:
     from recursa.base.types import RecursaError
-    from recursa.cli import Notices, read_schema
+    from recursa.frontend.console import Notices
+    from recursa.frontend.schema import read_schema
     notes = Notices(jsonl=a.events == "jsonl", quiet=a.quiet)
     try:
         return _batch(a, notes, read_schema)
@@ -212,8 +212,8 @@ def _batch(a: argparse.Namespace, notes: Any, read_schema: Any) -> int:
 
 
 def _print_summary(s: dict[str, Any], failed: list[dict[str, Any]]) -> None:
-    from recursa.bench.cli import failure_reasons
-    from recursa.cli import escape, stderr_console
+    from recursa.frontend.console import escape, stderr_console
+    from recursa.frontend.failures import failure_reasons
     con = stderr_console()
     cost = "cost ?" if s["cost_usd"] is None else f"${s['cost_usd']:.4f}"
     con.print(f"{s['ran']} run, {s['skipped']} already done, {s['failed']} failed, "

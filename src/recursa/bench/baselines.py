@@ -110,26 +110,8 @@ def grep_answer(query: str, text: str) -> str:
 
 
 def shape_of(inst: Instance) -> dict[str, Any]:
-    """The answer's shape: declared by the held-out families, inferred for the older ones."""
-    shape = inst.meta.get("answer_shape")
-    if shape:
-        return dict(shape)
-    gold = inst.gold
-    if inst.task == "oolong_pairs":
-        return {"kind": "pairs", "ids": inst.meta.get("users", [])}
-    if inst.task == "oolong":
-        from .tasks.oolong import choices_for
-        if inst.meta.get("answer_type") == "numeric":
-            return {"kind": "number"}
-        return {"kind": "choice", "choices": choices_for(inst)}
-    if isinstance(gold, str) and gold.isdigit() and len(gold) >= 4:
-        return {"kind": "digits", "n": len(gold)}
-    if isinstance(gold, str) and re.fullmatch(r"-?\d+(\.\d+)?", gold):
-        return {"kind": "number"}
-    for key in ("choices", "candidates", "label_space"):
-        if isinstance(inst.meta.get(key), list) and inst.meta[key]:
-            return {"kind": "choice", "choices": [str(c) for c in inst.meta[key]]}
-    return {"kind": "text"}
+    """The answer's shape, as the instance's family gives it (Task.answer_shape)."""
+    return get_task(inst.task).answer_shape(inst)
 
 
 def _codes(text: str, n: int) -> list[str]:

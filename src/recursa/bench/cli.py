@@ -26,8 +26,6 @@ def _kv(text: str) -> tuple[str, Any]:
 
 
 def register(sub: Any) -> None:
-    from recursa.cli import add_model_options
-
     b = sub.add_parser("bench", help="run the evaluation suite and report on it")
     bs = b.add_subparsers(dest="bench_cmd", required=True)
 
@@ -47,7 +45,8 @@ def register(sub: Any) -> None:
     r.add_argument("--out", required=True, help="results directory (rows.jsonl, traces/)")
     r.add_argument("--parallel", dest="concurrency", type=int, default=4,
                    help="instances run at once (default 4)")
-    add_model_options(r, skip_aliases=("--concurrency",))
+    from recursa.frontend.options import RLMOptions
+    RLMOptions.add_to(r, skip_aliases=("--concurrency",))
     # old spelling of --parallel (here --concurrency always meant instances)
     r.add_argument("--concurrency", dest="concurrency", type=int, help=argparse.SUPPRESS,
                    default=argparse.SUPPRESS)
@@ -105,10 +104,12 @@ def register(sub: Any) -> None:
 def cmd_run(a: argparse.Namespace) -> int:
     from recursa.base.types import RecursaError
     from recursa.core.preflight import check_options
-    from recursa.options import RLMOptions
+    from recursa.frontend.failures import failure_reasons
+    from recursa.frontend.lengths import parse_length
+    from recursa.frontend.options import RLMOptions
 
     from .executors import executor_from_args
-    from .runner import make_specs, parse_length, run_bench
+    from .runner import make_specs, run_bench
 
     try:
         opts = RLMOptions.from_args(a).with_default_model(
@@ -157,7 +158,9 @@ def _seal(a: argparse.Namespace, specs: list[dict[str, Any]]) -> None:
 
 
 def cmd_seeds_draw(a: argparse.Namespace) -> int:
-    from .runner import code_version, parse_length
+    from recursa.frontend.lengths import parse_length
+
+    from .runner import code_version
     from .sealed import SealedError, draw_seeds
     from .tasks import get_task
     try:
@@ -210,18 +213,6 @@ def method_configs(a: argparse.Namespace, opts: Any) -> tuple[list[Any], list[st
             # the model
             strategy="code" if opts.strategy == "auto" else opts.strategy))
     return configs, baselines
-
-
-def failure_reasons(rows: list[dict[str, Any]], top: int = 5) -> list[tuple[str, int]]:
-    """The most common reasons among failed rows, as (reason, count), commonest first."""
-    from collections import Counter
-    counts = Counter(" ".join(str(r.get("error") or "unknown error").split())[:200]
-                     for r in rows)
-    out = counts.most_common(top)
-    rest = sum(counts.values()) - sum(n for _, n in out)
-    if rest:
-        out.append((f"(other reasons: {len(counts) - top})", rest))
-    return out
 
 
 def _out(path: str) -> Any:

@@ -35,6 +35,7 @@ from recursa.base.types import Result
 from recursa.core.batch.executors import AsyncioExecutor as _AsyncioExecutor
 from recursa.core.batch.executors import Executor, OnRow  # noqa: F401
 from recursa.core.batch.rowfile import ResultsFile
+from recursa.frontend.lengths import format_length, parse_length  # noqa: F401 (bench's names)
 
 from .methods import MethodConfig, run_method
 from .tasks import get_task
@@ -51,24 +52,6 @@ def row_key(task: str, length: int, seed: int, method: str, model: str,
     dev rows get a sixth part."""
     key = f"{task}|{length}|{seed}|{method}|{model}"
     return key + "|dev" if split == "dev" else key
-
-
-def parse_length(text: str) -> int:
-    """'8k' -> 8192, '1m' -> 1048576 (binary, as the paper's 2^13..2^20), '5000' -> 5000."""
-    t = text.strip().lower()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([km]?)", t)
-    if not m:
-        raise ValueError(f"bad length {text!r}: use e.g. 2048, 8k, 1m")
-    mult = {"": 1, "k": 1024, "m": 1024 * 1024}[m.group(2)]
-    return int(float(m.group(1)) * mult)
-
-
-def format_length(n: int) -> str:
-    if n % (1024 * 1024) == 0:
-        return f"{n // (1024 * 1024)}m"
-    if n % 1024 == 0:
-        return f"{n // 1024}k"
-    return str(n)
 
 
 def make_specs(tasks: Iterable[str], lengths: Iterable[int], seeds: Iterable[int],

@@ -224,7 +224,7 @@ def check(targets: Iterable[Target], **kw: Any) -> None:
 
 def check_options(opts: Any, *, sandbox_options: dict[str, Any] | None = None,
                   say: Any = None) -> None:
-    """A front end's checks of `recursa.options.RLMOptions` before anything is spent, worded
+    """A front end's checks of `recursa.frontend.options.RLMOptions` before anything is spent, worded
     as flags (raises PreflightError, or OptionError for a key variable that is not set); then
     local runtime and models made ready (built / fetched once, saying so through `say`)."""
     key, sub_key = opts.api_keys()

@@ -1,8 +1,9 @@
 """Environments in three variants (`llm`, `rlm`, `rlm_tips`), each with its reward function.
 
-An environment turns a seed into an instance (reusing the generators of `recursa.bench`), tells
-each variant what to show the model, which tools the sub-models hold, and scores an answer with
-the same scorer the evaluation suite uses. Tips are environment-specific guidance that the RLM's
+An environment turns a seed into an instance (reusing a task family of the registry in
+`recursa.frontend.tasks`: the bench's families, or a plugin's), tells each variant what to show
+the model, which tools the sub-models hold, and scores an answer with the same scorer the
+evaluation suite uses. Tips are environment-specific guidance that the RLM's
 system prompt wraps in <tips>...</tips>, so they can be stripped from training data.
 """
 
@@ -13,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from recursa.bench import Instance, get_task
+from recursa.frontend.tasks import TaskInstance as Instance
+from recursa.frontend.tasks import get_task
 
 VARIANTS = ("llm", "rlm", "rlm_tips")
 TIPS_RE = re.compile(r"\n?<tips>.*?</tips>\n?", re.S)
@@ -32,7 +34,7 @@ def strip_tips(text: str) -> str:
 
 @dataclass(frozen=True)
 class Env:
-    """One environment. `task` names the evaluation-suite task family it reuses."""
+    """One environment. `task` names the task family it reuses (recursa.frontend.tasks)."""
 
     name: str
     task: str
@@ -40,6 +42,8 @@ class Env:
     tips: str
     default_length: int
     uses_tools: bool = False
+    # the llm variant is sent the question alone: the problem is in it (its context repeats it)
+    question_only: bool = False
     gen_options: tuple[tuple[str, Any], ...] = ()
 
     def instance(self, seed: int, length_tokens: int | None = None) -> Instance:
@@ -81,7 +85,7 @@ class Env:
             body = "\n\n".join(f"[{k}]\n{v}" for k, v in ctx.items())
         else:
             body = str(ctx)
-        if self.task == "math_python":
+        if self.question_only:
             return [{"role": "system", "content": LLM_SYSTEM},
                     {"role": "user", "content": inst.query}]
         return [{"role": "system", "content": LLM_SYSTEM},
@@ -109,7 +113,7 @@ ENVS: dict[str, Env] = {e.name: e for e in (
              "look-ups. Put what one hop found into the next hop's prompt. Beware of "
              "near-identical names: ask sub-models to check every detail of the question. "
              "Then set answer['content'] to the short answer and answer['ready'] = True."),
-    Env(name="math_python", task="math_python", default_length=0,
+    Env(name="math_python", task="math_python", default_length=0, question_only=True,
         description="seeded arithmetic / algebra / combinatorics problems",
         tips="Compute the answer exactly with Python in the REPL (fractions.Fraction, "
              "math.comb, pow(a, e, m), sympy if present); no sub-calls are needed. Print the "

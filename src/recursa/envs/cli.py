@@ -31,8 +31,8 @@ def register(sub: Any) -> None:
                    default=argparse.SUPPRESS)                      # old name
     a.add_argument("--parallel", dest="concurrency", type=int, default=4,
                    help="rollouts run at once (local executor; default 4)")
-    from recursa.cli import add_model_options
-    add_model_options(a, skip_aliases=("--concurrency",))
+    from recursa.frontend.options import RLMOptions
+    RLMOptions.add_to(a, skip_aliases=("--concurrency",))
     a.add_argument("--concurrency", dest="concurrency", type=int, help=argparse.SUPPRESS,
                    default=argparse.SUPPRESS)   # old spelling of --parallel
     a.add_argument("--turn-tokens", type=int, help="max_tokens of each root model reply "
@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
     a.add_argument("--out", default="ablation", help="directory for report.md, ablation.svg, "
                    "results.jsonl and traces/; a rerun skips rollouts already in results.jsonl")
     a.add_argument("--retry-errors", action="store_true", help="redo rollouts with status error")
-    from recursa.bench.executors import add_executor_options
+    from recursa.core.batch.executors import add_executor_options
     add_executor_options(a)     # --executor local|ray, --address, --ray-env (as bench run)
     a.set_defaults(fn=cmd_ablate)
 
@@ -67,7 +67,7 @@ def rollout_executor(a: argparse.Namespace) -> Any:
     one Ray task per rollout."""
     from recursa.envs.rollout import LocalRolloutExecutor, failed_rollout, run_rollout_spec
     if a.executor == "ray":
-        from recursa.bench.executors import RayExecutor
+        from recursa.core.batch.executors import RayExecutor
         return RayExecutor(address=a.address, env_vars=a.ray_env, fn=run_rollout_spec,
                            on_error=failed_rollout)
     return LocalRolloutExecutor(a.concurrency)
@@ -79,7 +79,7 @@ def cmd_ablate(a: argparse.Namespace) -> int:
     from recursa.envs.ablate import summarize, table, write_report
     from recursa.envs.base import get_env
     from recursa.envs.rollout import read_results, run_ablation
-    from recursa.options import RLMOptions
+    from recursa.frontend.options import RLMOptions
 
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]
     try:
@@ -127,7 +127,7 @@ def cmd_ablate(a: argparse.Namespace) -> int:
     err.print(f"report: {report}  chart: {out / 'ablation.svg'}")
     failed = [r for r in done if r.status == "error"]
     if failed:
-        from recursa.bench.cli import failure_reasons
+        from recursa.frontend.failures import failure_reasons
         err.print(f"[red]{len(failed)} of {len(done)} rollouts failed[/] (rerun with "
                   "--retry-errors to redo them):")
         for why, n in failure_reasons([{"error": r.error} for r in failed]):
@@ -139,7 +139,7 @@ def cmd_ablate(a: argparse.Namespace) -> int:
 def _one_length(text: str | None) -> int | None:
     if not text:
         return None
-    from recursa.bench.runner import parse_length
+    from recursa.frontend.lengths import parse_length
     parts = [x for x in text.split(",") if x.strip()]
     if len(parts) != 1:
         raise ValueError(f"--lengths {text}: ablate takes one length (run it once per length)")

@@ -10,7 +10,7 @@ turns (env, variants, n, options) into plain dicts, `run_rollout_spec(spec) -> r
 top-level, picklable function of one of them (it builds the env and the model clients from the
 spec's strings), and an executor maps specs to rows, handing each to an `on_row` in the driver.
 `LocalRolloutExecutor` runs `concurrency` rollouts on one event loop in this process;
-`recursa.bench.executors.RayExecutor(fn=run_rollout_spec, on_error=failed_rollout)` runs one
+`recursa.core.batch.executors.RayExecutor(fn=run_rollout_spec, on_error=failed_rollout)` runs one
 Ray task per rollout. Given a results file, a run appends one row per rollout (fsync per row)
 and skips the keys already in it, so an interrupted ablation resumes where it stopped.
 """
@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from recursa.base.privatefiles import open_private
 from recursa.base.types import Event, ModelClient, RecursaError, Status
-from recursa.bench.runner import AsyncioExecutor
+from recursa.core.batch.executors import AsyncioExecutor
 from recursa.core.dispatch import Node
 from recursa.core.plainrun import PlainRun
 from recursa.core.tools import ToolSet, run_tool_loop
@@ -91,7 +91,7 @@ async def run_rollout(env: Env | str, variant: str, seed: int, *,
                       sandbox: str = "local", rlm_options: dict[str, Any] | None = None,
                       **limits: Any) -> Rollout:
     """One scored rollout. Never raises for a model or run failure: it becomes `error`.
-    `rlm_options`: `recursa.options.RLMOptions.to_dict()` for endpoints, keys (by variable
+    `rlm_options`: `recursa.frontend.options.RLMOptions.to_dict()` for endpoints, keys (by variable
     name), prices and the like (its model, sandbox, limits and reply options are not used)."""
     extra = _client_kwargs(rlm_options)
     env = get_env(env) if isinstance(env, str) else env
@@ -125,7 +125,7 @@ def _client_kwargs(rlm_options: dict[str, Any] | None) -> dict[str, Any]:
     """What RLM() takes from the shared options besides models, sandbox, limits and replies."""
     if not rlm_options:
         return {}
-    from recursa.options import LIMITS, RLMOptions
+    from recursa.frontend.options import LIMITS, RLMOptions
     kw = RLMOptions.from_dict(rlm_options).rlm_kwargs()
     for k in ("model", "sub_model", "sandbox", "model_options", "sub_model_options", *LIMITS):
         kw.pop(k, None)
@@ -292,8 +292,8 @@ class RolloutExecutor(Protocol):
 
 
 class LocalRolloutExecutor(AsyncioExecutor):
-    """`concurrency` rollouts at a time on one event loop in this process (the bench's executor,
-    running rollout specs)."""
+    """`concurrency` rollouts at a time on one event loop in this process (the executor the
+    bench and `recursa batch` use, running rollout specs)."""
 
     def __init__(self, concurrency: int = 4):
         super().__init__(max(1, concurrency), afn=arun_rollout_spec)
@@ -304,7 +304,7 @@ class _Run:
 
     def __init__(self, specs: list[dict[str, Any]], results_path: str | Path | None,
                  retry_errors: bool, on_done: Callable[[Rollout], Any] | None):
-        from recursa.bench.runner import ResultsFile
+        from recursa.core.batch.rowfile import ResultsFile
         self.specs = specs
         self.file = ResultsFile(results_path) if results_path is not None else None
         self.rows: dict[str, dict[str, Any]] = dict(self.file.rows) if self.file else {}

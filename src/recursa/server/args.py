@@ -1,12 +1,12 @@
 """The command-line options of `recursa serve` and `recursa mcp` beyond the shared ones
-(recursa.options). Standard library only: `recursa.server.cli` and `recursa.server.mcp_server`
+(recursa.frontend.options). Standard library only: `recursa.server.cli` and `recursa.server.mcp_server`
 both import it, and neither imports the other's module at import time."""
 
 from __future__ import annotations
 
 import argparse
 
-from recursa.options import RLMOptions
+from recursa.frontend.options import RLMOptions
 
 
 def add_mcp_options(p: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ DEFAULT_MAX_SECONDS = 900.0   # a server should not let one request run forever
 
 
 def _missing_extra(e: ImportError, command: str) -> int:
-    from recursa.cli import escape, stderr_console
+    from recursa.frontend.console import escape, stderr_console
     err = stderr_console()
     from recursa.base.extras import MissingExtra
     msg = str(e) if isinstance(e, MissingExtra) else str(
@@ -42,12 +42,12 @@ def _is_loopback(host: str) -> bool:
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
-    from recursa.cli import stderr_console
+    from recursa.frontend.console import stderr_console
     err = stderr_console()
     from recursa.base.types import RecursaError
     from recursa.core.preflight import check_options
-    from recursa.options import RLMOptions
-    from recursa.options import plain_error as plain
+    from recursa.frontend.options import RLMOptions
+    from recursa.frontend.options import plain_error as plain
     try:
         from recursa.server.openai_app import ServerConfig, create_app, serve
     except ImportError as e:

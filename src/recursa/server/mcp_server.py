@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 from recursa.base.types import Event, ModelClient, RecursaError, Source
 from recursa.core.budget import Budget
 from recursa.core.rlm import RLM
-from recursa.options import RLMOptions
+from recursa.frontend.options import RLMOptions
 from recursa.server.args import add_mcp_options
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend
 
@@ -174,7 +174,7 @@ def _say(message: str) -> None:
 
 def cmd_mcp(a: argparse.Namespace) -> int:
     from recursa.core.preflight import check_options
-    from recursa.options import plain_error as plain
+    from recursa.frontend.options import plain_error as plain
     try:
         config = config_from_args(a)
         check_options(config.options, say=_say)

@@ -1,29 +1,37 @@
-"""Offline task families, one per complexity class of the RLM paper (plus PI's environments)."""
+"""Offline task families, one per complexity class of the RLM paper (plus PI's environments).
+
+A family is a module here plus a row in `registry.py`; the families are looked up through the
+front ends' registry (recursa.frontend.tasks), where other packages add theirs.
+"""
 
 from __future__ import annotations
 
-from .base import CHARS_PER_TOKEN, Instance, Score, Task, estimate_tokens
-from .browsecomp import BrowseComp
-from .codeqa import CodeQA
-from .doc_lookup import RealDocLookup
-from .judge_agg import JudgeAgg
-from .judge_pairs import JudgePairs
-from .math_python import MathPython
-from .meta import Meta
-from .oolong import Oolong
-from .oolong_pairs import OolongPairs
-from .para_niah import ParaNIAH, ParaNIAHMultiValue
-from .real import REAL_TASKS
-from .sniah import SNIAH
-from .two_hop import TwoHop
-from .verbatim_copy import VerbatimCopy
+from collections.abc import Iterator, Mapping
+from typing import cast
 
-TASKS: dict[str, Task] = {
-    t.name: t
-    for t in (SNIAH(), Oolong(), OolongPairs(), CodeQA(), BrowseComp(), VerbatimCopy(), MathPython(),
-              ParaNIAH(), ParaNIAHMultiValue(), JudgeAgg(), JudgePairs(), TwoHop(), Meta(),
-              *REAL_TASKS, RealDocLookup())
-}
+from recursa.frontend import tasks as _registry
+
+from .base import CHARS_PER_TOKEN, Instance, Score, Task, estimate_tokens
+from .real import REAL_TASKS
+
+
+class _Families(Mapping[str, Task]):
+    """Every registered family by name (recursa's own first, in their table's order); a family
+    is built on first use."""
+
+    def __getitem__(self, name: str) -> Task:
+        if name not in _registry.task_names():
+            raise KeyError(name)
+        return get_task(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_registry.task_names())
+
+    def __len__(self) -> int:
+        return len(_registry.task_names())
+
+
+TASKS: Mapping[str, Task] = _Families()
 # The families built so that no grep, regex or constant passes them (issue 20), with a held-out
 # dev / test split of seeds, templates and haystack text.
 HELD_OUT = ("para_niah", "para_niah_mv", "two_hop", "judge_agg", "judge_pairs", "meta")
@@ -38,10 +46,8 @@ SPLIT_FAMILIES = HELD_OUT + REAL + LOOKUP
 
 
 def get_task(name: str) -> Task:
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise KeyError(f"unknown task {name!r}; known: {', '.join(TASKS)}") from None
+    """The family called `name` (KeyError naming the known ones if there is none)."""
+    return cast(Task, _registry.get_task(name))
 
 
 __all__ = ["CHARS_PER_TOKEN", "HELD_OUT", "LOOKUP", "REAL", "SPLIT_FAMILIES", "TASKS", "Instance", "Score", "Task", "estimate_tokens", "get_task"]

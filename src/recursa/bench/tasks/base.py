@@ -65,6 +65,9 @@ class Task(ABC):
     name: ClassVar[str]
     complexity: ClassVar[str]  # "constant" | "linear" | "quadratic" | "n/a"
     description: ClassVar[str]
+    # the kinds of answer it asks for (recursa.frontend.tasks.ANSWER_KINDS); every family
+    # declares them, the registry refuses one that does not
+    answer_kinds: ClassVar[tuple[str, ...]]
     default_length: ClassVar[int] = 32_000
 
     @abstractmethod
@@ -74,6 +77,23 @@ class Task(ABC):
     @abstractmethod
     def score(self, prediction: str, inst: Instance) -> Score:
         ...
+
+    def answer_shape(self, inst: Instance) -> dict[str, Any]:
+        """What an answer to `inst` looks like: `{"kind": ..., ...}`. The one the instance
+        declares (meta's `answer_shape`), else read off its gold and meta; a family whose
+        shape its gold does not show says it by overriding this."""
+        shape = inst.meta.get("answer_shape")
+        if shape:
+            return dict(shape)
+        gold = inst.gold
+        if isinstance(gold, str) and gold.isdigit() and len(gold) >= 4:
+            return {"kind": "digits", "n": len(gold)}
+        if isinstance(gold, str) and re.fullmatch(r"-?\d+(\.\d+)?", gold):
+            return {"kind": "number"}
+        for key in ("choices", "candidates", "label_space"):
+            if isinstance(inst.meta.get(key), list) and inst.meta[key]:
+                return {"kind": "choice", "choices": [str(c) for c in inst.meta[key]]}
+        return {"kind": "text"}
 
     def rng(self, seed: int, length_tokens: int, *extra: Any) -> random.Random:
         # A str seed is hashed with SHA-512 by `random`, so this is stable across processes

@@ -43,6 +43,7 @@ def _body(rng: random.Random, corpus: Corpus, n_chars: int) -> tuple[str, str]:
 
 class BrowseComp(Task):
     name = "browsecomp"
+    answer_kinds = ("digits", "choice")
     complexity = "n/a (multi-hop retrieval)"
     description = "Answer a 2-3 hop question from ~1,000 documents with hard negatives."
     default_length = 200_000

@@ -89,6 +89,7 @@ def _catalogue() -> tuple[tuple[str, str, int], ...]:
 
 class CodeQA(Task):
     name = "codeqa"
+    answer_kinds = ("choice",)
     complexity = "linear"
     description = "Multiple choice about the stdlib source: call graph, class methods, imports."
     default_length = 32_000

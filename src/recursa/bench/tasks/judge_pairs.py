@@ -62,6 +62,7 @@ def pairs_for(stats: dict[int, dict[str, int]], cond: str, k: int) -> list[tuple
 
 class JudgePairs(Task):
     name = "judge_pairs"
+    answer_kinds = ("pairs",)
     complexity = "quadratic"
     description = ("List the customer pairs whose reviews, judged one by one, jointly meet a "
                    "condition; F1 over pairs.")

@@ -84,6 +84,8 @@ def make_problem(kind: str, rng: random.Random) -> tuple[str, Fraction]:
 
 class MathPython(Task):
     name = "math_python"
+    # a whole-number answer of 4+ digits reads as a code (digits), as its gold shows it
+    answer_kinds = ("number", "digits", "text")
     complexity = "n/a (short context)"
     description = "Seeded arithmetic/algebra/combinatorics problems; answers checked by math-verify."
     default_length = 0

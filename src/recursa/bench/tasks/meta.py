@@ -41,6 +41,7 @@ def _sentences(text: str, k: int) -> str:
 
 class Meta(Task):
     name = "meta"
+    answer_kinds = ("choice", "number")
     complexity = "constant"
     description = "Questions about the input itself (line / record count, longest record)."
     default_length = 2**13

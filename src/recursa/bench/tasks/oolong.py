@@ -76,6 +76,7 @@ def question_text(qtype: str, label: str | None, user: int | None) -> str:
 
 class Oolong(Task):
     name = "oolong"
+    answer_kinds = ("choice", "number")
     complexity = "linear"
     description = "Count/compare labels that must be inferred per record (OOLONG-synth style)."
     default_length = 32_000
@@ -129,6 +130,12 @@ class Oolong(Task):
             },
             length_tokens=length,
         )
+
+    def answer_shape(self, inst: Instance) -> dict[str, Any]:
+        """A count (numeric questions) or one of the question's candidates."""
+        if inst.meta.get("answer_type") == "numeric":
+            return {"kind": "number"}
+        return {"kind": "choice", "choices": choices_for(inst)}
 
     def score(self, prediction: str, inst: Instance) -> Score:
         return score_oolong(prediction, inst)

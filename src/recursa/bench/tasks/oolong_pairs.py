@@ -66,6 +66,7 @@ def condition_text(cond: str, a: str, b: str, k: int) -> str:
 
 class OolongPairs(Task):
     name = "oolong_pairs"
+    answer_kinds = ("pairs",)
     complexity = "quadratic"
     description = "List all user pairs satisfying a condition over inferred labels; F1 over pairs."
     default_length = 32_000
@@ -127,6 +128,10 @@ class OolongPairs(Task):
             },
             length_tokens=length,
         )
+
+    def answer_shape(self, inst: Instance) -> dict[str, Any]:
+        """Pairs of the instance's user ids."""
+        return {"kind": "pairs", "ids": inst.meta.get("users", [])}
 
     def score(self, prediction: str, inst: Instance) -> Score:
         valid = {int(u) for u in inst.meta.get("users", [])} or None

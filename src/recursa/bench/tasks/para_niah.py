@@ -119,6 +119,7 @@ def _parts(split: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
 
 class ParaNIAH(Task):
     name = "para_niah"
+    answer_kinds = ("digits",)
     complexity = "constant"
     description = ("Find a 7-digit code whose needle is worded unlike the question, among "
                    "same-shaped distractors and many 7-digit numbers (multi-key).")
@@ -190,6 +191,7 @@ class ParaNIAH(Task):
 
 class ParaNIAHMultiValue(ParaNIAH):
     name = "para_niah_mv"
+    answer_kinds = ("digits_set",)
     description = ("List every 7-digit code of a key stated in 2-4 needles worded unlike the "
                    "question (multi-value); F1 over the codes.")
     multi_value = True

@@ -229,6 +229,7 @@ class _Real(Task):
 
 class RealSentimentCount(_Real):
     name = "real_sentiment_count"
+    answer_kinds = ("number",)
     description = ("How many of these real reviews (Amazon / IMDb / Yelp, UCI) are negative "
                    "or positive, by their publishers' labels; within 15%.")
     snapshot = "sentiment"
@@ -250,6 +251,7 @@ class RealSentimentCount(_Real):
 
 class RealSentimentMost(_Real):
     name = "real_sentiment_most"
+    answer_kinds = ("choice",)
     description = ("Which site's real reviews (Amazon / IMDb / Yelp, UCI; each site equally "
                    "often) are most often negative or positive; the leader leads by 4 or more.")
     snapshot = "sentiment"
@@ -280,6 +282,7 @@ class RealSentimentMost(_Real):
 
 class RealWordnetCount(_Real):
     name = "real_wordnet_count"
+    answer_kinds = ("number",)
     description = ("How many of these WordNet definitions describe an animal / a plant / a "
                    "food / a person, by WordNet's lexicographer files; within 15%.")
     snapshot = "wordnet"
@@ -304,6 +307,7 @@ class RealWordnetCount(_Real):
 
 class RealWordnetMost(_Real):
     name = "real_wordnet_most"
+    answer_kinds = ("choice",)
     description = ("Which of animals, plants, foods and people the most of these WordNet "
                    "definitions describe; the leader leads by 4 or more; strict choice.")
     snapshot = "wordnet"

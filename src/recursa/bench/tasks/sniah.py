@@ -12,6 +12,7 @@ from .base import CHARS_PER_TOKEN, Instance, Score, Task, answer_segment
 
 class SNIAH(Task):
     name = "sniah"
+    answer_kinds = ("digits",)
     complexity = "constant"
     description = "Find the 7-digit magic number for a key hidden at a seeded depth in real text."
     default_length = 2**13

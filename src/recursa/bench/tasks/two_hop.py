@@ -58,6 +58,7 @@ def item_name(item: str) -> str:
 
 class TwoHop(Task):
     name = "two_hop"
+    answer_kinds = ("choice",)
     complexity = "constant"
     description = ("Follow a person to a numbered container, then the container to its "
                    "contents; the two facts are far apart, among other chains.")

@@ -69,6 +69,7 @@ def _words_line(rng: random.Random, vocab: tuple[str, ...]) -> str:
 
 class VerbatimCopy(Task):
     name = "verbatim_copy"
+    answer_kinds = ("text",)
     complexity = "linear (output)"
     description = "Reproduce a text exactly; exact match with char accuracy and Levenshtein metrics."
     default_length = 1_000

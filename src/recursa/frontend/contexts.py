@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from recursa.options import OptionError
+from recursa.frontend.options import OptionError
 
 STDIN = "-"
 

@@ -71,7 +71,7 @@ class Case:
         """Right when the answer names the real cause and the person who fixed it, as whole
         words, and no other cause or person (a hedge listing suspects is wrong), and is an
         answer rather than a pasted passage (the bench's strict scoring rules)."""
-        from recursa.demo import names_only
+        from recursa.demos.outage import names_only
         others = [w for w in self.others if w not in self.cause.lower()]
         return names_only(answer, self.cause_word, [w for w, _ in CAUSES] + others, self.fixer,
                           FIXERS)

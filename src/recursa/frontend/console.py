@@ -1,0 +1,87 @@
+"""The front ends' stderr: the rich console for notes and errors, and `Notices`, what a command
+says besides its answer in the shape the user chose (rich text, JSON lines or errors only).
+
+rich is imported on first use: `run -q`, `--json` and `--events jsonl` never import it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+# mypy reads this constant as typing's; at run time typing and logging are not imported for it
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import logging
+    from typing import Any
+
+    from rich.console import Console
+
+
+@functools.cache
+def stderr_console() -> Console:
+    """The console for notes and errors on stderr (errors stay one line). Made on first use:
+    `run -q`, `--json` and `--events jsonl` print no rich text and so never import rich."""
+    from rich.console import Console
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def escape(text: str) -> str:
+    """`text` with rich markup made literal."""
+    from rich.markup import escape as rich_escape
+    return rich_escape(text)
+
+
+class Notices:
+    """Everything `run` says on stderr besides the event view, in the chosen shape: rich text,
+    JSON lines (--events jsonl: stderr stays pure JSON), or nothing but errors (-q)."""
+
+    def __init__(self, *, jsonl: bool, quiet: bool):
+        self.jsonl, self.quiet = jsonl, quiet
+        self._handler: logging.Handler | None = None
+        if jsonl:    # log warnings (no bwrap, ...) as JSON lines too
+            import logging
+            self._handler = logging.StreamHandler(sys.stderr)
+            self._handler.setFormatter(_json_log_formatter())
+            self._handler.setLevel(logging.WARNING)
+            logging.getLogger().addHandler(self._handler)
+
+    def close(self) -> None:
+        if self._handler is not None:
+            import logging
+            logging.getLogger().removeHandler(self._handler)
+            self._handler = None
+
+    def _json(self, kind: str, **data: Any) -> None:
+        sys.stderr.write(json.dumps({"kind": kind, **data}) + "\n")
+        sys.stderr.flush()
+
+    def info(self, message: str) -> None:
+        if self.jsonl:
+            self._json("notice", message=message)
+        elif not self.quiet:
+            stderr_console().print(f"[dim]{escape(message)}[/]")
+
+    def warn(self, message: str) -> None:
+        if self.jsonl:
+            self._json("notice", level="warning", message=message)
+        elif not self.quiet:
+            stderr_console().print(f"[yellow]{escape(message)}[/]")
+
+    def error(self, message: str) -> None:
+        if self.jsonl:
+            self._json("error", message=message)
+        else:
+            stderr_console().print(f"[red]error:[/] {escape(message)}")
+
+
+def _json_log_formatter() -> logging.Formatter:
+    import logging
+
+    class JsonLogFormatter(logging.Formatter):
+        def format(self, record: logging.LogRecord) -> str:
+            return json.dumps({"kind": "log", "level": record.levelname.lower(),
+                               "logger": record.name, "message": record.getMessage()})
+
+    return JsonLogFormatter()
