@@ -35,7 +35,7 @@ PLACES = [
      REMOTE + ["limits"], KINDS),
     ("docs/server.md", r"isolating sandbox \(.*?\)", "code", ISOLATING, KINDS),
     ("docs/remote.md", r"make_remote_sandbox\(\"docker\"[^\n]*", "quoted", REMOTE, KINDS),
-    ("README.md", r"- `sandbox=\"docker\"[^\n]*", "quoted", REMOTE, KINDS),
+    ("README.md", r"- `sandbox=\"docker\"`.*?no cloud access\)", "quoted", REMOTE, KINDS),
     ("docs/datasets.md", r"## Families\n.*?\n## ", "row", task_names(), task_names()),
     ("docs/providers.md", r"\| prefix \| SDK \(extra\) \|.*?\n\n", "row",
      [p for p in PROVIDER_NAMES if p not in SCRIPTED], PROVIDER_NAMES),
