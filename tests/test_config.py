@@ -281,3 +281,18 @@ def test_options_build_a_config_that_rlm_takes() -> None:
     assert cfg.budget.max_iterations == 3 and cfg.strategy.mode == "plan"
     rlm = opts.build(trace_path="t.jsonl")
     assert rlm.config.replace(trace_path=None) == RLM(config=cfg).config
+
+
+def test_the_rlms_layer_maps_into_groups_and_recursa_options_override() -> None:
+    from recursa.compat.rlms import RLM as RlmsRLM
+    kw: dict[str, Any] = dict(backend="openai", backend_kwargs={"model_name": "gpt-4o-mini"},
+                              max_iterations=5, max_budget=2.0)
+    mapped = RlmsRLM(**kw, recursa_options={"sandbox": "inprocess"})._rlm.config
+    assert (mapped.budget.max_iterations, mapped.budget.max_cost_usd) == (5, 2.0)
+    assert mapped.budget.max_depth == 0 and mapped.sandbox.kind == "inprocess"
+    assert mapped.models.model == "openai:gpt-4o-mini"
+    # a whole group replaces the mapped one; a keyword overrides one field
+    cfg = RlmsRLM(**kw, recursa_options={"budget": Budget(max_cost_usd=1.0),
+                                         "sandbox": "inprocess", "max_seconds": 30})._rlm.config
+    assert (cfg.budget.max_iterations, cfg.budget.max_cost_usd) == (30, 1.0)
+    assert cfg.budget.max_seconds == 30

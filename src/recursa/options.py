@@ -304,30 +304,18 @@ class RLMOptions:
     def config(self) -> RLMConfig:
         """These options as the RLM's typed settings (recursa.core.config), validated there;
         a value left at None is left to the library's default (unset in the config)."""
-        from recursa.core.config import (
-            Budget,
-            ModelsConfig,
-            RLMConfig,
-            SandboxConfig,
-            StrategyConfig,
-        )
+        from recursa.core.config import RLMConfig
         key, sub_key = self.api_keys()
-        given = lambda **kw: {k: v for k, v in kw.items() if v is not None}  # noqa: E731
         reply = self.model_options()
-        return RLMConfig.build(groups=dict(
-            models=ModelsConfig(**given(
-                model=self.model, sub_model=self.sub_model, base_url=self.base_url,
-                sub_base_url=self.sub_base_url, api_key=key, sub_api_key=sub_key,
-                model_options=reply or None, sub_model_options=reply or None,
-                client_options=self.client_options() or None,
-                prices=self.price_table() or None, cache=self.cache,
-                concurrency=self.subcall_concurrency)),
-            sandbox=SandboxConfig(kind=self.sandbox, max_output_chars=self.max_output_chars),
-            budget=Budget(**self.limits()),
-            strategy=StrategyConfig(**given(
-                mode=self.strategy, route=None if self.route == "rlm" else self.route,
-                route_threshold=self.route_threshold)),
-        ))
+        return RLMConfig.build(     # RLM's keywords; None: not given
+            model=self.model, sub_model=self.sub_model, base_url=self.base_url,
+            sub_base_url=self.sub_base_url, api_key=key, sub_api_key=sub_key,
+            model_options=reply or None, sub_model_options=reply or None,
+            client_options=self.client_options() or None, prices=self.price_table() or None,
+            cache=self.cache, concurrency=self.subcall_concurrency, sandbox=self.sandbox,
+            max_output_chars=self.max_output_chars, strategy=self.strategy,
+            route=None if self.route == "rlm" else self.route,
+            route_threshold=self.route_threshold, **self.limits())
 
     def rlm_kwargs(self) -> dict[str, Any]:
         """`config()` as keyword arguments for `RLM(...)`."""

@@ -61,7 +61,7 @@ class RLM:
     The settings are one value, `rlm.config` (a `recursa.core.config.RLMConfig` of five
     groups: models, sandbox, budget, tracing, strategy): `RLM(config=...)` takes one, `budget=`,
     `tracing=` and `models=` / `sandbox=` / `strategy=` take a whole group, and every keyword
-    below is sugar for one group field (the table: recursa.core.config, docs/api.md). A keyword
+    below is sugar for one group field (the table: recursa.core.config, docs/config.md). A keyword
     may fill in what a given group left unset; two different values for one field are a
     ConfigError. The flat attributes (`rlm.strategy`, `rlm.budget`, ...) read and write it.
 
