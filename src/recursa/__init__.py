@@ -27,12 +27,26 @@ if TYPE_CHECKING:
         Usage,
     )
     from recursa.core.budget import Budget
+    from recursa.core.config import (
+        ConfigError,
+        ModelsConfig,
+        RLMConfig,
+        SandboxConfig,
+        StrategyConfig,
+        TracingConfig,
+    )
     from recursa.core.rlm import RLM, acompletion, completion
 
 # public name -> the module that defines it
 _EXPORTS = {
     "RLM": "recursa.core.rlm",
     "Budget": "recursa.core.budget",
+    "RLMConfig": "recursa.core.config",
+    "ModelsConfig": "recursa.core.config",
+    "SandboxConfig": "recursa.core.config",
+    "TracingConfig": "recursa.core.config",
+    "StrategyConfig": "recursa.core.config",
+    "ConfigError": "recursa.core.config",
     "Image": "recursa.base.images",
     "acompletion": "recursa.core.rlm",
     "completion": "recursa.core.rlm",
@@ -51,6 +65,12 @@ _EXPORTS = {
 __all__ = [
     "RLM",
     "Budget",
+    "RLMConfig",
+    "ModelsConfig",
+    "SandboxConfig",
+    "TracingConfig",
+    "StrategyConfig",
+    "ConfigError",
     "Image",
     "acompletion",
     "completion",

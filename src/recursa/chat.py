@@ -66,14 +66,12 @@ def cmd_chat(a: argparse.Namespace) -> int:
             say=lambda m: err.print(f"[yellow]{escape(m)}[/]"))
         from recursa.core.preflight import check_options
         check_options(opts, say=lambda m: err.print(f"[dim]{escape(m)}[/]"))
-        kwargs = opts.rlm_kwargs()
+        config = opts.config()
         limits = opts.limits()
-        session_limits = {k: kwargs.pop(k) for k in SESSION_LIMITS
-                          if a.budget_per == "session" and k in kwargs}
-        for k in session_limits:
-            limits.pop(k, None)
+        session_limits = {k: limits.pop(k) for k in SESSION_LIMITS
+                          if a.budget_per == "session" and k in limits}
         from recursa.core.rlm import RLM
-        rlm = RLM(**kwargs, preflight=False)
+        rlm = RLM(config=config.replace(**dict.fromkeys(session_limits)), preflight=False)
         session = rlm.session(context, idle_timeout=a.idle_timeout, **session_limits)
         session.trace_path = Path(a.trace) if a.trace else \
             default_trace_dir() / f"session-{session.id}.jsonl"

@@ -34,6 +34,13 @@ from recursa.base.types import (
     context_window,
 )
 from recursa.core.budget import Budget
+from recursa.core.config import (
+    ModelsConfig,
+    RLMConfig,
+    SandboxConfig,
+    StrategyConfig,
+    TracingConfig,
+)
 from recursa.core.plainrun import PlainRun
 from recursa.core.retrieval import BM25Index
 
@@ -87,6 +94,18 @@ class MethodConfig(BaseModel):
     def label(self) -> str:
         return method_label(self.method, self.depth, self.truncate, self.strategy,
                             self.worked_example)
+
+    def rlm_config(self, root: ModelClient, sub: ModelClient,
+                   trace_path: str | None) -> RLMConfig:
+        """The RLM settings the REPL methods (rlm, codeact-bm25) share, with this run's
+        clients; each method sets its depth, prompt and sandbox on top."""
+        return RLMConfig(
+            models=ModelsConfig(model=root, sub_model=sub, concurrency=self.subcall_concurrency,
+                                model_options=dict(self.model_options),
+                                sub_model_options=dict(self.model_options)),
+            sandbox=SandboxConfig(kind=self.sandbox, max_output_chars=self.max_output_chars),
+            budget=Budget(**self.limits), tracing=TracingConfig(trace_path=trace_path),
+            strategy=StrategyConfig(tips=self.tips))
 
 
 NO_EXAMPLE = "-noex"
@@ -336,21 +355,16 @@ counting) to find the answer.
 async def run_rlm(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> Result:
     from recursa.core.rlm import RLM
     root, sub = _make_clients(cfg)
-    limits = dict(cfg.limits)
-    limits["max_depth"] = cfg.depth
+    limits: dict[str, Any] = {"max_depth": cfg.depth}
     system = None
     if cfg.depth == 0:
         limits["max_subcalls"] = 0   # enforce "no sub-calls", not just ask for it
         system = NO_SUBCALL_SYSTEM
     try:
-        rlm = RLM(model=root, sub_model=sub, sandbox=cfg.sandbox,
-                  max_output_chars=cfg.max_output_chars, concurrency=cfg.subcall_concurrency,
-                  trace_path=trace_path, model_options=dict(cfg.model_options),
-                  sub_model_options=dict(cfg.model_options), tips=cfg.tips,
-                  system_prompt=system, strategy=cfg.strategy,
-                  example=cfg.worked_example,
+        rlm = RLM(config=cfg.rlm_config(root, sub, trace_path).replace(**limits),
+                  system_prompt=system, strategy=cfg.strategy, example=cfg.worked_example,
                   # a lookup in a document is answered with the passage it rests on, checked
-                  sources=inst.meta.get("question_type") == "lookup", **limits)
+                  sources=inst.meta.get("question_type") == "lookup")
         return await rlm.acompletion(inst.query, inst.context)
     finally:
         await _close(root, sub)
@@ -451,15 +465,12 @@ async def run_codeact_bm25(cfg: MethodConfig, inst: Instance, trace_path: str | 
     passages = split_chunks(text, cfg.passage_tokens * CHARS_PER_TOKEN)
     index = BM25Index(passages)
     root, sub = _make_clients(cfg)
-    limits = {**cfg.limits, "max_depth": 0}   # sub-calls are plain model calls
     try:
-        rlm = RLM(model=root, sub_model=sub,
-                  sandbox=lambda: SearchSandbox(make_sandbox(cfg.sandbox), index),
-                  max_output_chars=cfg.max_output_chars, concurrency=cfg.subcall_concurrency,
-                  trace_path=trace_path, model_options=dict(cfg.model_options),
-                  sub_model_options=dict(cfg.model_options), tips=cfg.tips,
+        rlm = RLM(config=cfg.rlm_config(root, sub, trace_path).replace(
+                      max_depth=0,     # sub-calls are plain model calls
+                      sandbox=lambda: SearchSandbox(make_sandbox(cfg.sandbox), index)),
                   system_prompt=CODEACT_SYSTEM if cfg.worked_example
-                  else without_worked_example(CODEACT_SYSTEM), **limits)
+                  else without_worked_example(CODEACT_SYSTEM))
         note = NOTE_CONTEXT.format(n=len(passages), tokens=len(text) // CHARS_PER_TOKEN)
         return await rlm.acompletion(inst.query, note)
     finally:

@@ -11,7 +11,8 @@ recursa run: recursa's prompts, loop, budget ledger and sandbox (`environment="l
 recursa's isolated local sandbox, not an exec in your process). What has no recursa equivalent
 is refused at construction with a message naming the closest one (`UnsupportedOption`); the
 option-by-option table is docs/migrating-from-rlms.md. Extra recursa options (a trace file, the
-sandbox, prices, ...) go in `recursa_options`, which override the mapped ones.
+sandbox, prices, ...: RLM's keywords, or whole groups of recursa.core.config) go in
+`recursa_options`, which override the mapped ones.
 
 This module never imports `rlm`: rlms loads `.env` files into the environment when imported,
 and the shapes below are recursa's own definitions of the same fields.
@@ -322,6 +323,7 @@ class RLM:
                  sub_sampling_args: dict[str, Any] | None = None,
                  orchestrator: bool = True, user_prologue: str | None = None,
                  recursa_options: dict[str, Any] | None = None):
+        from recursa.core.config import GROUPS, RLMConfig
         from recursa.core.rlm import RLM as RecursaRLM
 
         if depth != 0:
@@ -388,7 +390,11 @@ class RLM:
         if verbose:
             from recursa.obs.console import ConsoleView
             options["sinks"] = [ConsoleView()]
-        options.update(recursa_options or {})
+        # recursa_options (flat keywords or whole groups) override the mapped settings
+        extra = dict(recursa_options or {})
+        groups = {k: extra.pop(k) for k in list(extra)
+                  if k in GROUPS and isinstance(extra[k], GROUPS[k])}
+        config = RLMConfig.build(**options).with_groups(**groups).replace(**extra)
 
         self.backend, self.backend_kwargs = backend, backend_kwargs
         self.environment_type = environment
@@ -402,7 +408,7 @@ class RLM:
         self.on_iteration_start = on_iteration_start
         self.on_iteration_complete = on_iteration_complete
         self.root_model = root.name
-        self._rlm = RecursaRLM(**options)
+        self._rlm = RecursaRLM(config=config)
         self._session: Any = None
         self._session_prompt: Any = None
         if logger is not None:

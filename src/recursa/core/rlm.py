@@ -12,6 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from recursa.base.types import Event, ModelClient, Result, Sandbox, TraceSink, context_window
 from recursa.core.budget import Budget, Ledger
+from recursa.core.config import (
+    ModelsConfig,
+    RLMConfig,
+    SandboxConfig,
+    Setting,
+    StrategyConfig,
+    TracingConfig,
+)
 from recursa.core.deadline import Allowance, Deadline, default_reserve
 from recursa.core.loop import RunEnv, run_loop
 from recursa.core.output import OutputSpec
@@ -52,6 +60,13 @@ class RLM:
     >>> rlm = RLM(model="openai:gpt-5", sub_model="openai:gpt-5-mini", max_cost_usd=1.0)
     >>> res = rlm.completion("Which customer complained most often?", context=huge_text)
 
+    The settings are one value, `rlm.config` (a `recursa.core.config.RLMConfig` of five
+    groups: models, sandbox, budget, tracing, strategy): `RLM(config=...)` takes one, `budget=`,
+    `tracing=` and `models=` / `sandbox=` / `strategy=` take a whole group, and every keyword
+    below is sugar for one group field (the table: recursa.core.config, docs/config.md). A keyword
+    may fill in what a given group left unset; two different values for one field are a
+    ConfigError. The flat attributes (`rlm.strategy`, `rlm.budget`, ...) read and write it.
+
     `model` / `sub_model` are spec strings (`openai:...`, `anthropic:...`, `local:...`, ...) or
     ModelClient objects; `base_url` / `api_key` apply to the root model and, unless
     `sub_base_url` / `sub_api_key` are given, to a sub-model of the same provider. Limits
@@ -71,7 +86,7 @@ class RLM:
     (without `max_seconds`, the only one besides the client's).
     `strategy`: "auto" (the default: plan for small root models, code for the rest;
     recursa.core.strategy), "code" (free-form code) or "plan" (the root first fills a typed plan
-    the runtime runs with a known bound: recursa.core.planner).
+    the runtime runs with a known bound: recursa.core.strategies.plan).
     `example=False` leaves the worked example out of the system prompt.
     `sources=True` teaches the root to attach the passages its answer rests on
     (`FINAL(answer, sources=[...])`); sources a run's answer carries are checked against the
@@ -87,15 +102,49 @@ class RLM:
     docs/tools.md). They start with each run and close when it ends.
     """
 
+    # the flat settings, read from and written to `config` (recursa.core.config.FLAT)
+    base_url: Setting[str | None] = Setting("base_url")
+    api_key: Setting[str | None] = Setting("api_key")
+    sub_base_url: Setting[str | None] = Setting("sub_base_url")
+    sub_api_key: Setting[str | None] = Setting("sub_api_key")
+    models: Setting[dict[str, str | ModelClient]] = Setting("models")
+    model_options: Setting[dict[str, Any]] = Setting("model_options")
+    sub_model_options: Setting[dict[str, Any]] = Setting("sub_model_options")
+    client_options: Setting[dict[str, Any]] = Setting("client_options")
+    prices: Setting[dict[str, Any]] = Setting("prices")
+    cache_nondeterministic: Setting[bool] = Setting("cache_nondeterministic")
+    concurrency: Setting[int] = Setting("concurrency")
+    sandbox: Setting[str | Callable[[], Sandbox]] = Setting("sandbox")
+    sandbox_options: Setting[dict[str, Any]] = Setting("sandbox_options")
+    max_output_chars: Setting[int] = Setting("max_output_chars")
+    trace_dir: Setting[Path | None] = Setting("trace_dir")
+    trace_path: Setting[Path | None] = Setting("trace_path")
+    on_event: Setting[Callable[[Event], Any] | None] = Setting("on_event")
+    sinks: Setting[list[TraceSink]] = Setting("sinks")
+    strategy: Setting[str] = Setting("strategy")
+    route: Setting[str] = Setting("route")
+    route_threshold: Setting[int | None] = Setting("route_threshold")
+    tips: Setting[str | None] = Setting("tips")
+    system_prompt: Setting[str | None] = Setting("system_prompt")
+    example: Setting[bool] = Setting("example")
+    sources: Setting[bool] = Setting("sources")
+    sub_tools: Setting[ToolSet | None] = Setting("sub_tools")
+    last_turn_seconds: Setting[float | None] = Setting("last_turn_seconds")
+    preflight: Setting[bool] = Setting("preflight")
+    # MCP servers (recursa.core.mcp_tools): checked when the RLM is made, started with each run
+    mcp_servers: Setting[tuple[ServerConfig, ...]] = Setting("mcp_servers")
+
     def __init__(self, model: str | ModelClient | None = None,
                  sub_model: str | ModelClient | None = None, *,
+                 config: RLMConfig | None = None,
                  base_url: str | None = None, api_key: str | None = None,
                  sub_base_url: str | None = None, sub_api_key: str | None = None,
-                 models: dict[str, str | ModelClient] | None = None,
-                 sandbox: str | Callable[[], Sandbox] = "local",
+                 models: dict[str, str | ModelClient] | ModelsConfig | None = None,
+                 sandbox: str | Callable[[], Sandbox] | SandboxConfig | None = None,
                  sandbox_options: dict[str, Any] | None = None,
-                 budget: Budget | None = None, max_output_chars: int = 8192,
-                 concurrency: int = 32, trace_dir: str | Path | None = None,
+                 budget: Budget | None = None, max_output_chars: int | None = None,
+                 concurrency: int | None = None, tracing: TracingConfig | None = None,
+                 trace_dir: str | Path | None = None,
                  trace_path: str | Path | None = None,
                  on_event: Callable[[Event], Any] | None = None,
                  sinks: list[TraceSink] | None = None,
@@ -106,78 +155,80 @@ class RLM:
                  sub_tools: ToolSet | Sequence[Callable[..., Any] | Tool] | None = None,
                  last_turn_seconds: float | None = None,
                  cache: bool | str | os.PathLike[str] | ResponseCache | None = None,
-                 cache_nondeterministic: bool = False,
-                 prices: Mapping[str, Any] | None = None, preflight: bool = True,
-                 strategy: str = "auto", example: bool = True, sources: bool = False,
-                 route: str = "rlm", route_threshold: int | None = None,
+                 cache_nondeterministic: bool | None = None,
+                 prices: Mapping[str, Any] | None = None, preflight: bool | None = None,
+                 strategy: str | StrategyConfig | None = None, example: bool | None = None,
+                 sources: bool | None = None,
+                 route: str | None = None, route_threshold: int | None = None,
                  mcp_servers: str | os.PathLike[str] | Mapping[str, Any] | None = None,
                  **limits: Any):
+        # a group object where a keyword also takes a plain value (sandbox="docker" or
+        # sandbox=SandboxConfig(...)), as httpx's timeout= takes a number or a Timeout
+        groups: dict[str, Any] = {"budget": budget, "tracing": tracing}
+        flat: dict[str, Any] = dict(
+            model=model, sub_model=sub_model, base_url=base_url, api_key=api_key,
+            sub_base_url=sub_base_url, sub_api_key=sub_api_key, models=models,
+            sandbox=sandbox, sandbox_options=sandbox_options,
+            max_output_chars=max_output_chars, concurrency=concurrency, trace_dir=trace_dir,
+            trace_path=trace_path, on_event=on_event, sinks=sinks, tips=tips,
+            system_prompt=system_prompt, model_options=model_options,
+            sub_model_options=sub_model_options, client_options=client_options,
+            sub_tools=sub_tools, last_turn_seconds=last_turn_seconds, cache=cache,
+            cache_nondeterministic=cache_nondeterministic, prices=prices, preflight=preflight,
+            strategy=strategy, example=example, sources=sources, route=route,
+            route_threshold=route_threshold, mcp_servers=mcp_servers)
+        for name, cls in (("models", ModelsConfig), ("sandbox", SandboxConfig),
+                          ("strategy", StrategyConfig)):
+            if isinstance(flat[name], cls):
+                groups[name] = flat.pop(name)
         unknown = set(limits) - _BUDGET_FIELDS
         if unknown:
             raise TypeError(f"RLM() got unknown option(s): {', '.join(sorted(unknown))}")
-        from recursa.models import resolve_model  # aliases and the default model
-        if model is None or isinstance(model, str):
-            model, _reason = resolve_model(model)
-        if isinstance(sub_model, str):
-            sub_model = resolve_model(sub_model)[0]
-        models = {k: resolve_model(v)[0] if isinstance(v, str) else v
-                  for k, v in (models or {}).items()}
-        self.model = model
-        self.sub_model = sub_model if sub_model is not None else model
-        for spec in (self.model, self.sub_model, *(models or {}).values()):
-            _check_spec(spec)
-        self.base_url, self.api_key = base_url, api_key
-        self.sub_base_url, self.sub_api_key = sub_base_url, sub_api_key
-        self.models = dict(models or {})
-        self.sandbox = sandbox
-        self.sandbox_options = dict(sandbox_options or {})
-        self.budget = (budget or Budget()).model_copy(update=limits)
-        Budget.model_validate(self.budget.model_dump())   # re-validate the merged limits
-        if max_output_chars < 256:
-            raise ValueError("max_output_chars must be at least 256")
-        self.max_output_chars = max_output_chars
-        self.concurrency = concurrency
-        self.trace_dir = Path(trace_dir) if trace_dir else None
-        self.trace_path = Path(trace_path) if trace_path else None
-        self.on_event = on_event
-        self.sinks = list(sinks or [])
-        self.tips = tips
-        self.system_prompt = system_prompt
-        self.model_options = dict(model_options or {})
-        self.sub_model_options = dict(sub_model_options or {})
-        self.client_options = dict(client_options or {})
-        self.prices = dict(prices or {})
-        self.preflight = preflight
-        # tools only sub-models may call; the root is told their names in its system prompt
-        self.sub_tools: ToolSet | None = None
-        if sub_tools:   # recursa.core.tools loads only for a run that has tools
-            from recursa.core.tools import ToolSet
-            self.sub_tools = ToolSet.of(sub_tools)
-        self.tool_names: list[str] | None = self.sub_tools.names if self.sub_tools else None
-        if last_turn_seconds is not None and last_turn_seconds <= 0:
-            raise ValueError("last_turn_seconds must be positive")
-        self.last_turn_seconds = last_turn_seconds
+        cfg = RLMConfig.build(config, groups=groups, **flat, **limits)
+        # the effective config: aliases and the default model resolved, specs checked
+        self.config: RLMConfig = cfg.with_groups(models=cfg.models.resolved())
         # response cache (recursa.models.cache): opened now, so a bad path fails here; that
         # module (and sqlite3, ~2 ms of start-up) loads only when a cache is asked for
         self.cache: ResponseCache | None = None
-        if cache is not None and cache is not False:
+        spec = self.config.models.cache
+        if spec is not None and spec is not False:
             from recursa.models.cache import open_cache
-            self.cache = open_cache(cache)
-        self.cache_nondeterministic = cache_nondeterministic
-        from recursa.core.strategy import check_strategy
-        self.strategy = check_strategy(strategy)
-        self.example = bool(example)
-        self.sources = bool(sources)
-        from recursa.core.route import check_route, check_threshold
-        self.route = check_route(route)
-        self.route_threshold = check_threshold(route_threshold)
+            self.cache = open_cache(spec)
         # shown under the query in the root's first message (a session's earlier Q&A)
         self.preface: str | None = None
-        # MCP servers (recursa.core.mcp_tools): checked now, started with each run
-        self.mcp_servers: list[ServerConfig] = []
-        if mcp_servers is not None:
-            from recursa.core.mcp_tools import load_servers
-            self.mcp_servers = load_servers(mcp_servers)
+
+    # the root model, resolved; the sub-model (the root's when none was named); the limits
+    @property
+    def model(self) -> str | ModelClient:
+        spec = self.config.models.model
+        assert spec is not None     # resolved at construction
+        return spec
+
+    @model.setter
+    def model(self, value: str | ModelClient) -> None:
+        self.config = self.config.replace(model=value)
+
+    @property
+    def sub_model(self) -> str | ModelClient:
+        return self.config.models.sub_model if self.config.models.sub_model is not None \
+            else self.model
+
+    @sub_model.setter
+    def sub_model(self, value: str | ModelClient | None) -> None:
+        self.config = self.config.replace(sub_model=value)
+
+    @property
+    def budget(self) -> Budget:
+        return self.config.budget
+
+    @budget.setter
+    def budget(self, value: Budget) -> None:
+        self.config = self.config.with_groups(budget=value)
+
+    @property
+    def tool_names(self) -> list[str] | None:
+        """The sub-models' tools, named to the root in its system prompt."""
+        return self.sub_tools.names if self.sub_tools else None
 
     # ------------------------------------------------------------ public API
     def completion(self, query: str, context: Any = None, *, output: Any = None,
@@ -253,7 +304,7 @@ class RLM:
             if self.mcp_servers:
                 from recursa.core.mcp_tools import McpHub
                 hub = await servers.enter_async_context(
-                    McpHub(self.mcp_servers, ledger=ledger, tracer=tracer))
+                    McpHub(list(self.mcp_servers), ledger=ledger, tracer=tracer))
                 tools = hub.with_sub_tools(tools)
             env = RunEnv(budget=budget, ledger=ledger, tracer=tracer, root_client=root, sub_client=sub, clients=extra,
                          concurrency=self.concurrency, sub_options=self.sub_model_options,
@@ -403,13 +454,6 @@ class RLM:
     def _redactor(self) -> Callable[[str], str]:
         from recursa.obs.trace import Redactor
         return Redactor([k for k in (self.api_key, self.sub_api_key) if k])
-
-
-def _check_spec(spec: Any) -> None:
-    """Fail at construction, not mid-run, on a spec no provider serves."""
-    if isinstance(spec, str):
-        from recursa.models import provider_for_spec
-        provider_for_spec(spec)
 
 
 def _context_chars(client: ModelClient) -> int:

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from recursa.base.privatefiles import open_private
 from recursa.base.types import Event, ModelClient, RecursaError, Status
 from recursa.core.batch.executors import AsyncioExecutor
+from recursa.core.config import RLMConfig
 from recursa.core.dispatch import Node
 from recursa.core.plainrun import PlainRun
 from recursa.core.tools import ToolSet, run_tool_loop
@@ -93,7 +94,8 @@ async def run_rollout(env: Env | str, variant: str, seed: int, *,
     """One scored rollout. Never raises for a model or run failure: it becomes `error`.
     `rlm_options`: `recursa.frontend.options.RLMOptions.to_dict()` for endpoints, keys (by variable
     name), prices and the like (its model, sandbox, limits and reply options are not used)."""
-    extra = _client_kwargs(rlm_options)
+    base = _base_config(rlm_options)
+    extra = base.kwargs() if base is not None else {}
     env = get_env(env) if isinstance(env, str) else env
     check_variant(variant)
     inst = env.instance(seed, length_tokens)
@@ -109,7 +111,7 @@ async def run_rollout(env: Env | str, variant: str, seed: int, *,
                                                sub_model=sub_model, trace_dir=trace_dir,
                                                root_options=root_options,
                                                sub_options=sub_options, sandbox=sandbox,
-                                               **extra, **limits)
+                                               base=base, **limits)
     except RecursaError as e:
         ro.error, ro.status, run_id, trace = f"{type(e).__name__}: {e}", "error", "", None
     ro.elapsed_s = round(time.monotonic() - t0, 3)
@@ -121,25 +123,26 @@ async def run_rollout(env: Env | str, variant: str, seed: int, *,
     return ro
 
 
-def _client_kwargs(rlm_options: dict[str, Any] | None) -> dict[str, Any]:
-    """What RLM() takes from the shared options besides models, sandbox, limits and replies."""
+def _base_config(rlm_options: dict[str, Any] | None) -> RLMConfig | None:
+    """The RLM settings the shared options give besides models, sandbox, limits and replies
+    (which are the rollout's own)."""
     if not rlm_options:
-        return {}
-    from recursa.frontend.options import LIMITS, RLMOptions
-    kw = RLMOptions.from_dict(rlm_options).rlm_kwargs()
-    for k in ("model", "sub_model", "sandbox", "model_options", "sub_model_options", *LIMITS):
-        kw.pop(k, None)
-    return kw
+        return None
+    from recursa.core.budget import Budget
+    from recursa.frontend.options import RLMOptions
+    return RLMOptions.from_dict(rlm_options).config().replace(
+        model=None, sub_model=None, sandbox=None, model_options=None, sub_model_options=None,
+        **dict.fromkeys(Budget.model_fields))
 
 
 async def _rlm_rollout(env: Env, inst: Any, ro: Rollout, variant: str, *,
                        model: str | ModelClient, sub_model: str | ModelClient | None,
                        trace_dir: str | Path | None, root_options: dict[str, Any] | None,
                        sub_options: dict[str, Any] | None, sandbox: str,
-                       **limits: Any) -> tuple[str, Path | None]:
+                       base: RLMConfig | None = None, **limits: Any) -> tuple[str, Path | None]:
     from recursa.core.rlm import RLM
     tools = env.tools(inst)
-    rlm = RLM(model=model, sub_model=sub_model, sandbox=sandbox, tips=env.tips_for(variant),
+    rlm = RLM(config=base, model=model, sub_model=sub_model, sandbox=sandbox, tips=env.tips_for(variant),
               sub_tools=tools or None, trace_dir=trace_dir, model_options=root_options,
               sub_model_options=sub_options, **limits)
     res = await rlm.acompletion(env.rlm_query(inst), env.rlm_context(inst))

@@ -5,7 +5,8 @@ names, defaults and help, from one table:
 
     RLMOptions.add_to(parser)            # the flags
     opts = RLMOptions.from_args(ns)      # back from argparse
-    rlm = opts.build(trace_path=...)     # an RLM (or opts.rlm_kwargs() for RLM(**...))
+    cfg = opts.config()                  # the RLM's typed settings (recursa.core.config)
+    rlm = opts.build(trace_path=...)     # RLM(config=cfg, trace_path=...)
 
 Bounds are checked while parsing, so `--max-iterations 0` is an argparse error in plain words.
 This module imports only the standard library (and recursa.sandbox.kinds, which does too):
@@ -18,9 +19,12 @@ import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recursa.sandbox.kinds import BUILTIN_NAMES as SANDBOXES  # recursa's own kinds
+
+if TYPE_CHECKING:
+    from recursa.core.config import RLMConfig
 
 # RLM's own limits (recursa.core.budget.Budget fields) among the options
 LIMITS = ("max_iterations", "max_depth", "max_subcalls", "max_tokens", "max_cost_usd",
@@ -297,33 +301,31 @@ class RLMOptions:
             raise OptionError(f"--n-ctx sets a local: model's window; {others[0]} is not one")
         return {"n_ctx": self.n_ctx}
 
-    def rlm_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for `RLM(...)`; `cache` only when given (the library default
-        otherwise)."""
+    def config(self) -> RLMConfig:
+        """These options as the RLM's typed settings (recursa.core.config), validated there;
+        a value left at None is left to the library's default (unset in the config)."""
+        from recursa.core.config import RLMConfig
         key, sub_key = self.api_keys()
-        kw: dict[str, Any] = {
-            "model": self.model, "sub_model": self.sub_model, "base_url": self.base_url,
-            "sub_base_url": self.sub_base_url, "api_key": key, "sub_api_key": sub_key,
-            "sandbox": self.sandbox, "concurrency": self.subcall_concurrency,
-            "max_output_chars": self.max_output_chars,
-            "model_options": self.model_options(), "sub_model_options": self.model_options(),
-            "client_options": self.client_options(), "strategy": self.strategy,
-            **self.limits()}
-        if self.route != "rlm":
-            kw["route"] = self.route
-        if self.route_threshold is not None:
-            kw["route_threshold"] = self.route_threshold
-        prices = self.price_table()
-        if prices:
-            kw["prices"] = prices
-        if self.cache is not None:
-            kw["cache"] = self.cache
-        return kw
+        reply = self.model_options()
+        return RLMConfig.build(     # RLM's keywords; None: not given
+            model=self.model, sub_model=self.sub_model, base_url=self.base_url,
+            sub_base_url=self.sub_base_url, api_key=key, sub_api_key=sub_key,
+            model_options=reply or None, sub_model_options=reply or None,
+            client_options=self.client_options() or None, prices=self.price_table() or None,
+            cache=self.cache, concurrency=self.subcall_concurrency, sandbox=self.sandbox,
+            max_output_chars=self.max_output_chars, strategy=self.strategy,
+            route=None if self.route == "rlm" else self.route,
+            route_threshold=self.route_threshold, **self.limits())
+
+    def rlm_kwargs(self) -> dict[str, Any]:
+        """`config()` as keyword arguments for `RLM(...)`."""
+        return self.config().kwargs()
 
     def build(self, **extra: Any) -> Any:
-        """An RLM from these options; `extra` (trace_path, sinks, on_event...) wins."""
+        """An RLM from these options; `extra` (trace_path, sinks, on_event...) may set what
+        the options leave unset (a value the options set is a ConfigError: change them)."""
         from recursa.core.rlm import RLM
-        return RLM(**{**self.rlm_kwargs(), **extra})
+        return RLM(config=self.config(), **extra)
 
 
 _MODEL_DESTS = {"model", "sub_model", "base_url", "sub_base_url", "api_key_env",

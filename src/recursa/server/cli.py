@@ -74,7 +74,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
         limits = opts.limits()
         limits.setdefault("max_seconds", DEFAULT_MAX_SECONDS)
         check_options(opts, say=lambda m: err.print(f"[dim]{m}[/]"))
-        base = opts.rlm_kwargs()     # keys read once, from the variables named
+        rlm_config = opts.config()   # keys read once, from the variables named
+        base = rlm_config.kwargs()
         from recursa.models import resolve_model  # aliases name their specs
         allowed = [resolve_model(s)[0] for s in a.allow_sub_model or []]
         for spec in allowed:         # a sub-model a request may pick must pass the checks too
@@ -86,10 +87,10 @@ def cmd_serve(a: argparse.Namespace) -> int:
             # connections rather than each building (and closing) clients of its own
             from recursa.core.rlm import RLM
             sub = spec.sub_model or config.sub_model
-            return RLM(**{**base, "model": config.client(config.model, root=True),
-                          "sub_model": None if sub is None else config.client(sub),
-                          "trace_dir": config.trace_dir, "on_event": spec.on_event,
-                          **config.limits})
+            return RLM(config=rlm_config.replace(
+                model=config.client(config.model, root=True),
+                sub_model=None if sub is None else config.client(sub), **config.limits),
+                trace_dir=config.trace_dir, on_event=spec.on_event)
 
         cfg = ServerConfig(model=opts.model, sub_model=opts.sub_model, base_url=opts.base_url,
                            sub_base_url=opts.sub_base_url, sandbox=opts.sandbox, limits=limits,

@@ -78,9 +78,9 @@ class McpConfig:
 
 
 def default_rlm_factory(config: McpConfig, on_event: Callable[[Event], Any]) -> RLM:
-    return RLM(**{**config.options.rlm_kwargs(), "model": config.model,
-                  "sub_model": config.sub_model, "trace_dir": config.trace_dir,
-                  "on_event": on_event})
+    return RLM(config=config.options.config().replace(model=config.model,
+                                                      sub_model=config.sub_model),
+               trace_dir=config.trace_dir, on_event=on_event)
 
 
 def _resolve_path(path: str, root: str) -> Path:

@@ -170,12 +170,21 @@ class ServerConfig:
 
 
 def default_rlm_factory(config: ServerConfig, spec: RunSpec) -> RLM:
+    from recursa.core.config import (
+        Budget,
+        ModelsConfig,
+        RLMConfig,
+        SandboxConfig,
+        TracingConfig,
+    )
     sub = spec.sub_model or config.sub_model
-    return RLM(model=config.client(config.model, root=True),
-               sub_model=None if sub is None else config.client(sub),
-               sandbox=config.sandbox, concurrency=config.concurrency,
-               max_output_chars=config.max_output_chars, trace_dir=config.trace_dir,
-               on_event=spec.on_event, **config.limits)
+    return RLM(config=RLMConfig(
+        models=ModelsConfig(model=config.client(config.model, root=True),
+                            sub_model=None if sub is None else config.client(sub),
+                            concurrency=config.concurrency),
+        sandbox=SandboxConfig(kind=config.sandbox, max_output_chars=config.max_output_chars),
+        budget=Budget(**config.limits),
+        tracing=TracingConfig(trace_dir=config.trace_dir, on_event=spec.on_event)))
 
 
 # ---------------------------------------------------------------- errors
