@@ -85,6 +85,7 @@ SAMPLES: dict[str, tuple[Any, Any]] = {
     "strategy": ("plan", "plan"),
     "route": ("auto", "auto"),
     "route_threshold": (2048, 2048),
+    "mcp_servers": ({"db": {"command": "srv", "allow": ["q"]}}, None),
 }
 GROUP_KEYWORDS = {"config", "budget", "tracing"}     # take only a group
 
@@ -122,6 +123,8 @@ def test_a_flat_keyword_lands_in_its_group_field(keyword: str, tmp_path: Path,
         assert held == tuple(value) and rlm.sinks == value
     elif keyword == "sub_tools":
         assert isinstance(held, ToolSet) and held.names == ["lookup"]
+    elif keyword == "mcp_servers":      # parsed when the RLM is made (recursa.core.mcp_tools)
+        assert [(s.name, s.command, s.allow) for s in held] == [("db", "srv", ("q",))]
     else:
         assert held == expected
     # the field counts as given (to_dict keeps it; a second value for it conflicts)
@@ -129,8 +132,8 @@ def test_a_flat_keyword_lands_in_its_group_field(keyword: str, tmp_path: Path,
     # and the flat attribute reads the group (cache: the opened store, not the spec)
     if keyword != "cache":
         attr = getattr(rlm.budget if group == "budget" else rlm, keyword)
-        assert attr == (value if keyword not in ("trace_dir", "trace_path", "sub_tools")
-                        else held)
+        assert attr == (value if keyword not in ("trace_dir", "trace_path", "sub_tools",
+                                                 "mcp_servers") else held)
 
 
 def test_a_whole_group_or_the_config_builds_the_same_rlm() -> None:
