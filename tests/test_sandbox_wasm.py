@@ -141,6 +141,11 @@ def test_files_outside_the_workspace_are_not_there(tmp_path: Path) -> None:
             "        open(p, 'a').write('x'); w[p] = 'written'\n"
             "    except OSError as e:\n"
             "        w[p] = type(e).__name__\n"
+            "for src in ['/recursa/context', '/recursa/worker.py']:\n"
+            "    try:\n"
+            "        os.link(src, 'linked'); w[src] = 'linked'\n"
+            "    except OSError as e:\n"
+            "        w[src] = type(e).__name__\n"
             "print(w)\nopen('inside.txt', 'w').write('fine')\n"
             "print(os.getcwd(), open('inside.txt').read())")
     a = attack(tmp_path, code)
@@ -148,7 +153,8 @@ def test_files_outside_the_workspace_are_not_there(tmp_path: Path) -> None:
     lines = a.out.strip().splitlines()
     seen, wrote = eval(lines[0]), eval(lines[1])
     assert set(seen.values()) == {"FileNotFoundError"}, seen
-    assert "written" not in wrote.values(), wrote
+    # the read-only mount's files (hard links to the host's) can be neither written nor linked
+    assert not {"written", "linked"} & set(wrote.values()), wrote
     assert lines[2] == "/workspace fine"
     assert not target.exists()
     assert "attack-marker" not in a.trace.read_text()
@@ -305,3 +311,14 @@ def test_forged_frames_end_the_run_clearly(tmp_path: Path) -> None:
     a = attack(tmp_path, code)
     assert a.res.status == "error" and "broke the protocol" in str(a.res.error)
     assert a.res.turns == 1 and a.run.finished and not a.run.torn
+
+
+@pytest.mark.slow   # ~3 s
+def test_a_cell_calling_the_host_in_a_loop_is_interrupted_with_its_state_kept(tmp_path: Path) -> None:
+    # The guest reads the host's interrupt while it waits on a call: KeyboardInterrupt there,
+    # as in `local`, and the REPL keeps its variables (a computing guest is restarted instead).
+    code = "keep = 1\nwhile True:\n    llm_query('again')"
+    a = attack(tmp_path, code, cell_timeout=1.0, max_subcalls=100_000)
+    intact(a)
+    assert "KeyboardInterrupt" in a.feedback and "the REPL state was kept" in a.feedback
+    assert a.cell.get("timed_out") is True and not a.cell.get("restarted")
