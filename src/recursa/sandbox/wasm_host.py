@@ -31,10 +31,13 @@ def compiled(engine: wasmtime.Engine, wasm: str) -> wasmtime.Module:
         except wasmtime.WasmtimeError:
             pass   # made by another build of the same version: compile again
     module = wasmtime.Module.from_file(engine, wasm)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(wasm), suffix=".part")
-    with os.fdopen(fd, "wb") as f:
-        f.write(module.serialize())
-    os.replace(tmp, cwasm)   # atomic: a concurrent start reads the old or the whole new file
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(wasm), suffix=".part")
+        with os.fdopen(fd, "wb") as f:
+            f.write(module.serialize())
+        os.replace(tmp, cwasm)   # atomic: a concurrent start reads the old or the whole new one
+    except OSError as e:   # a read-only cache: every start compiles (slow, but it works)
+        print(f"note: could not keep the compiled module ({e})", file=sys.stderr)
     return module
 
 
