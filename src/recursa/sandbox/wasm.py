@@ -116,6 +116,10 @@ class WasmSandbox:
                     os.link(src, dst)
                 except OSError:   # another file system, or links refused: copy
                     await asyncio.to_thread(shutil.copyfile, src, dst)
+            pyc = await asyncio.to_thread(wasm_runtime.worker_pyc, self._wasm, WORKER_PATH)
+            if pyc is not None:
+                os.mkdir(os.path.join(self._dir, "__pycache__"))
+                shutil.copyfile(pyc, os.path.join(self._dir, "__pycache__", pyc.name))
             self.session = WorkerSession(
                 self._transport, context_path="/recursa/context", kind=payload.kind,
                 handler=handler, start_timeout=self.start_timeout,
