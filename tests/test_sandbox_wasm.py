@@ -14,6 +14,7 @@ cell, /tmp (not mounted).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import time
@@ -25,12 +26,13 @@ import pytest
 
 from helpers_scripted import SYSTEM_MARK, repl
 from recursa import RLM
+from recursa.base.types import ContextPayload, SandboxError
 from recursa.models.replay import ReplayClient
 from recursa.obs.trace import load
 from recursa.sandbox import make_sandbox
 from recursa.sandbox.kinds import kind_names, sandbox_kind
 from recursa.sandbox.wasm import WasmSandbox
-from recursa.sandbox.wasm_runtime import unavailable_reason
+from recursa.sandbox.wasm_runtime import PYTHON_WASI, unavailable_reason, verified_wasm, wasm_path
 
 WHY = unavailable_reason()
 if WHY and os.environ.get("CI"):
@@ -89,6 +91,20 @@ def test_kind_is_registered_and_checked() -> None:
     assert kind is not None and kind.check is not None and kind.check({}) == []
     with pytest.raises(ValueError, match="memory_mb must be between"):
         make_sandbox("wasm", memory_mb=8192)
+
+
+def test_a_missing_or_altered_runtime_is_refused_saying_what_to_run(tmp_path: Path) -> None:
+    why = unavailable_reason(tmp_path)
+    assert why and "not fetched" in why and "python -m recursa.sandbox.wasm_runtime" in why
+    with open(wasm_path(tmp_path), "wb") as f:   # the right size, other bytes
+        f.truncate(PYTHON_WASI.size)
+    with pytest.raises(SandboxError, match="does not match its pinned SHA-256"):
+        verified_wasm(tmp_path)
+    ctx = tmp_path / "ctx.txt"
+    ctx.write_text("c")
+    payload = ContextPayload(path=str(ctx), kind="text", sha256="", size_bytes=1)
+    with pytest.raises(SandboxError, match="pinned SHA-256"):
+        asyncio.run(WasmSandbox(cache_dir=tmp_path).start(payload, None))  # type: ignore[arg-type]
 
 
 def test_scripted_run_uses_context_and_sub_calls(tmp_path: Path) -> None:

@@ -83,15 +83,22 @@ def unavailable_reason(cache: Path | None = None) -> str | None:
     return None
 
 
+_VERIFIED: set[tuple[str, int, int, int]] = set()
+
+
 def verified_wasm(cache: Path | None = None) -> Path:
     """The runtime's path after checking its SHA-256; a SandboxError saying what to run if not."""
     why = unavailable_reason(cache)
     if why:
         raise SandboxError(why)
     path = wasm_path(cache)
-    if sha256_file(path) != PYTHON_WASI.sha256:
-        raise SandboxError(f"sandbox='wasm': {path} does not match its pinned SHA-256; "
-                           f"delete it and run {FETCH_HINT}")
+    st = path.stat()
+    stamp = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if stamp not in _VERIFIED:   # hashing 26 MB costs ~60 ms: once per process and file
+        if sha256_file(path) != PYTHON_WASI.sha256:
+            raise SandboxError(f"sandbox='wasm': {path} does not match its pinned SHA-256; "
+                               f"delete it and run {FETCH_HINT}")
+        _VERIFIED.add(stamp)
     return path
 
 
