@@ -116,7 +116,7 @@ def test_scripted_run_uses_context_and_sub_calls(tmp_path: Path) -> None:
     assert a.res.subcalls == 3
 
 
-@pytest.mark.slow   # ~5 s: 3 runs (plus ~30 s building the S-NIAH corpus if first)
+@pytest.mark.slow   # ~4 s: 3 runs (~30 s more without the bench extra: its corpus)
 def test_bench_code_mode_methods_answer_right(tmp_path: Path) -> None:
     from recursa.bench.methods import MethodConfig, parse_method
     from recursa.bench.runner import AsyncioExecutor, load_rows, make_specs, run_bench

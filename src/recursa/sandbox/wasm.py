@@ -107,6 +107,7 @@ class WasmSandbox:
             raise SandboxError(f"context file not found: {payload.path}")
         try:
             self._wasm = await asyncio.to_thread(wasm_runtime.verified_wasm, self.cache_dir)
+            await asyncio.to_thread(wasm_runtime.precompile, self._wasm)   # a new wasmtime
             self._dir = owned_tempdir("recursa-wasm-")
             self.workspace = owned_tempdir("recursa-wasmws-")
             for src, name in ((WORKER_PATH, "worker.py"),

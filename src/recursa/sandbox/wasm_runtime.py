@@ -21,6 +21,7 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
 from recursa.base.types import SandboxError
@@ -136,9 +137,12 @@ def fetch(cache: Path | None = None, *, compile: bool = True) -> Path:
 
 
 def precompile(path: Path) -> None:
-    """Compile the module once into the cache (wasm_host.py does it on first use otherwise)."""
+    """Compile the module once into the cache for this wasmtime (wasm_host.py would do it
+    inside the first worker's start, where ~15 s or more could pass its start timeout)."""
     if importlib.util.find_spec("wasmtime") is None:
         raise SandboxError("wasmtime is not installed: pip install 'recursa[wasm]'")
+    if Path(f"{path}.wasmtime-{version('wasmtime')}.cwasm").is_file():   # as wasm_host names it
+        return
     proc = subprocess.run([sys.executable, "-I", str(HOST_PATH), "--wasm", str(path),
                            "--compile-only"], capture_output=True, text=True)
     if proc.returncode != 0:
