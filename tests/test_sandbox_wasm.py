@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -24,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from helpers_procs import alive, processes_with
 from helpers_scripted import SYSTEM_MARK, repl
 from recursa import RLM
 from recursa.base.types import ContextPayload, SandboxError
@@ -338,3 +341,34 @@ def test_a_cell_calling_the_host_in_a_loop_is_interrupted_with_its_state_kept(tm
     intact(a)
     assert "KeyboardInterrupt" in a.feedback and "the REPL state was kept" in a.feedback
     assert a.cell.get("timed_out") is True and not a.cell.get("restarted")
+
+
+def test_a_computing_guest_dies_with_a_killed_host(tmp_path: Path) -> None:
+    # recursa's process is SIGKILLed mid-cell: its wasm host process must not spin on alone.
+    ctx = tmp_path / "context.txt"
+    ctx.write_text("c")
+    script = (
+        "import asyncio, sys\n"
+        "from recursa.base.types import ContextPayload\n"
+        "from recursa.sandbox.wasm import WasmSandbox\n"
+        "async def main():\n"
+        "    sb = WasmSandbox()\n"
+        f"    p = ContextPayload(path={str(ctx)!r}, kind='text', sha256='', size_bytes=1)\n"
+        "    await sb.start(p, None)\n"
+        "    print('ready', flush=True)\n"
+        "    await sb.run('while True: pass', timeout=600, max_output_chars=100)\n"
+        "asyncio.run(main())\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        mine = [p for p in processes_with("wasm_host.py") if alive(p)
+                and Path(f"/proc/{p}/stat").read_text().rpartition(")")[2].split()[1]
+                == str(proc.pid)]
+        assert len(mine) == 1, mine
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while alive(mine[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(mine[0])

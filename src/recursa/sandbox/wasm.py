@@ -86,7 +86,8 @@ class WasmSandbox:
         assert self._dir is not None and self.workspace is not None and self._wasm is not None
         argv = [sys.executable, "-I", str(wasm_runtime.HOST_PATH), "--wasm", str(self._wasm),
                 "--dir", f"{self._dir}:/recursa", "--dir", f"{self.workspace}:/workspace:rw",
-                "--env", "HOME=/workspace", "--env", "TMPDIR=/workspace"]
+                "--env", "HOME=/workspace", "--env", "TMPDIR=/workspace",
+                "--parent", str(os.getpid())]
         if self.memory_mb:
             argv += ["--memory-mb", str(self.memory_mb)]
         return [*argv, "--", "-I", "-S", "/recursa/wasm_guest.py"]
@@ -147,11 +148,14 @@ class WasmSandbox:
             await asyncio.sleep(self.disk_poll)
             if session.starting:
                 continue
-            if await asyncio.to_thread(_used_bytes, self.workspace, limit) > limit:
-                when = "" if session.in_cell else "between cells, "
-                await session.abort(f"{when}its workspace exceeded the {self.disk_mb} MB "
-                                    f"limit, so it was stopped and the workspace emptied")
-                await asyncio.to_thread(self._empty_workspace)
+            try:
+                if await asyncio.to_thread(_used_bytes, self.workspace, limit) > limit:
+                    when = "" if session.in_cell else "between cells, "
+                    await session.abort(f"{when}its workspace exceeded the {self.disk_mb} MB "
+                                        f"limit, so it was stopped and the workspace emptied")
+                    await asyncio.to_thread(self._empty_workspace)
+            except Exception as exc:   # keep watching; the next cell reports a broken worker
+                log.warning("watching the wasm sandbox's workspace failed: %r", exc)
 
     def _empty_workspace(self) -> None:
         assert self.workspace

@@ -41,6 +41,20 @@ def compiled(engine: wasmtime.Engine, wasm: str) -> wasmtime.Module:
     return module
 
 
+def die_with_parent(parent: int) -> None:
+    """If recursa's process dies (even by SIGKILL) while the guest computes, nobody would read
+    this process's output or stop it: the kernel kills it instead (Linux; elsewhere the guest
+    ends at its next read of the closed stdin)."""
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:   # it died before the prctl
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="wasm_host.py")
     ap.add_argument("--wasm", required=True)
@@ -48,8 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-mb", type=int, default=None)
     ap.add_argument("--dir", action="append", default=[], metavar="HOST:GUEST[:rw]")
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--parent", type=int, default=None, help="die with this process")
     ap.add_argument("args", nargs="*", help="the guest's argv after its program name")
     a = ap.parse_args(argv)
+    if a.parent is not None:
+        die_with_parent(a.parent)
     engine = wasmtime.Engine()
     module = compiled(engine, a.wasm)
     if a.compile_only:
