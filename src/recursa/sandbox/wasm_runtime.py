@@ -13,6 +13,7 @@ bindings (`pip install 'recursa[wasm]'`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -136,12 +137,17 @@ def fetch(cache: Path | None = None, *, compile: bool = True) -> Path:
     return path
 
 
+@functools.cache
+def _wasmtime_version() -> str:
+    return version("wasmtime")   # a metadata scan: once per process
+
+
 def precompile(path: Path) -> None:
     """Compile the module once into the cache for this wasmtime (wasm_host.py would do it
     inside the first worker's start, where ~15 s or more could pass its start timeout)."""
     if importlib.util.find_spec("wasmtime") is None:
         raise SandboxError("wasmtime is not installed: pip install 'recursa[wasm]'")
-    if Path(f"{path}.wasmtime-{version('wasmtime')}.cwasm").is_file():   # as wasm_host names it
+    if Path(f"{path}.wasmtime-{_wasmtime_version()}.cwasm").is_file():   # wasm_host's name
         return
     proc = subprocess.run([sys.executable, "-I", str(HOST_PATH), "--wasm", str(path),
                            "--compile-only"], capture_output=True, text=True)
