@@ -32,7 +32,7 @@ PLACES = [
     ("docs/cli.md", r"\| `--sandbox KIND` \|[^\n]*", "word", KINDS, KINDS),
     ("docs/cli.md", r"for `docker` the CLI.*?installed extra", "code", REMOTE, KINDS),
     ("docs/security.md", r"which sandboxes can still work:.*?\.\n", "code",
-     REMOTE + ["limits"], KINDS),
+     REMOTE + ["wasm", "limits"], KINDS),
     ("docs/server.md", r"isolating sandbox \(.*?\)", "code", ISOLATING, KINDS),
     ("docs/remote.md", r"make_remote_sandbox\(\"docker\"[^\n]*", "quoted", REMOTE, KINDS),
     ("README.md", r"- `sandbox=\"docker\"`.*?no cloud access\)", "quoted", REMOTE, KINDS),
