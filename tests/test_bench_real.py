@@ -130,6 +130,19 @@ def test_record_baselines_apply_where_they_can_read_the_records() -> None:
     assert applies("embed", "judge_agg") and not applies("embed", "judge_pairs")
     assert not applies("classifier", "sniah") and not applies("lexicon", "para_niah")
     assert "classifier" not in NO_LABEL_BASELINES and "embed" in NO_LABEL_BASELINES
+    # one code among look-alikes: embed retrieves by meaning; a set of codes: not yet
+    assert applies("embed", "para_niah") and applies("embed", "sniah")
+    assert not applies("embed", "para_niah_mv")
+
+
+def test_embed_names_the_code_of_the_sentence_nearest_the_question() -> None:
+    from recursa.bench.lookup_baselines import nearest_code
+    text = ("The harbour office opens its gate with 4471902. Lunch is served at noon. "
+            "The code 1234567 works on the garden shed. The doctor's strongbox keypad takes "
+            "8813406. Reference 55512 is filed.")
+    assert nearest_code("Which number opens the safe at the physician's office?", text, 7) \
+        == "8813406"
+    assert nearest_code("anything", "no codes here at all.", 7) == ""
 
 
 def test_lexicon_and_embed_also_judge_judge_agg_reviews() -> None:

@@ -197,6 +197,9 @@ def baseline_answer(name: str, inst: Instance, text: str, seed: int | None = Non
     if name == "embed" and inst.meta.get("question_type") == "lookup":
         from .lookup_baselines import nearest_sentence
         return nearest_sentence(inst.query, text)
+    if name == "embed" and shape_of(inst)["kind"] == "digits":
+        from .lookup_baselines import nearest_code
+        return nearest_code(inst.query, text, int(shape_of(inst)["n"]))
     if name in ("lexicon", "embed", "classifier"):
         from .record_baselines import record_answer
         return record_answer(name, inst, text)

@@ -54,13 +54,22 @@ LOOKUP_NAMES = frozenset({RealDocLookup.name})
 JUDGED = frozenset({"judge_agg"})
 
 
+def _one_code(task: str) -> bool:
+    """A family whose answer is always one n-digit code (a needle among look-alikes)."""
+    from recursa.frontend.tasks import get_task
+    try:
+        return tuple(get_task(task).answer_kinds) == ("digits",)
+    except KeyError:
+        return False
+
+
 def applies(baseline: str, task: str) -> bool:
     """Whether a record-labelling baseline can run on ``task``: the real-label families, and
-    (lexicon, embed) judge_agg; on lookups over a document, embed as retrieval by meaning
-    (recursa.bench.lookup_baselines)."""
+    (lexicon, embed) judge_agg; on lookups over a document and on a code among look-alikes,
+    embed as retrieval by meaning (recursa.bench.lookup_baselines)."""
     if baseline not in LABEL_BASELINES:
         return True
-    if task in LOOKUP_NAMES:
+    if task in LOOKUP_NAMES or _one_code(task):
         return baseline == "embed"
     return task in REAL_NAMES or (task in JUDGED and baseline not in NEEDS_LABELS)
 
