@@ -100,3 +100,30 @@ def test_cached_price_used_for_every_provider_table():
     assert cost_usd("gemini-2.5-flash", u) == pytest.approx(1000 * 0.03 / 1e6)
     assert cost_usd("gpt-4o-mini", u) == pytest.approx(1000 * 0.075 / 1e6)
     assert cost_usd("claude-haiku-4-5", u) == pytest.approx(1000 * 0.10 / 1e6)
+
+
+def test_the_root_system_prompt_is_the_same_for_every_context():
+    """What varies by run (the context's type, size, preview; the query) is in the first user
+    message, so a local server's prompt cache reads the system prompt once for many runs."""
+    import asyncio
+
+    from recursa import RLM
+    from recursa.core.prompts import system_prompt
+    from recursa.models.replay import ReplayClient
+
+    assert system_prompt(context_type="str, 12 characters", max_output_chars=2000) == \
+        system_prompt(context_type="list of 9,000 items", max_output_chars=2000)
+    seen: list[list[dict]] = []
+
+    class Recording(ReplayClient):
+        async def complete(self, messages, **options):
+            seen.append(messages)
+            return await super().complete(messages, **options)
+
+    for context in ("short text", "x" * 50_000):
+        rlm = RLM(model=Recording(["```repl\nFINAL('ok')\n```"]), sandbox="inprocess",
+                  strategy="code")
+        assert asyncio.run(rlm.acompletion("what?", context=context)).answer == "ok"
+    first, second = (m[0] for m in seen)
+    assert first["role"] == "system" and first["content"] == second["content"]
+    assert "50,000" in seen[1][1]["content"]           # the size is still shown, to the user turn

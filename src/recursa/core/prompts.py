@@ -9,7 +9,7 @@ You work by writing Python code in ```repl blocks; you see only what your code p
 persist between turns.
 
 In the REPL:
-- `context`: the data ({context_type}).
+- `context`: the data (its type, size and start are in the first message).
 - `llm_query(prompt: str) -> str`: ask a language model one question. It sees only the prompt \
 (up to about {sub_chars} characters), so put the text it must read into the prompt.
 - `llm_batch(prompts: list[str]) -> list[str]`: many llm_query calls in parallel; much faster \
@@ -169,6 +169,10 @@ def system_prompt(*, context_type: str, max_output_chars: int, sub_chars: int = 
                   repl_tools: list[str] | None = None) -> str:
     """The root's system prompt; `example=False` leaves the worked example out (to ablate it:
     it was written on dev tasks, and a small model may copy it onto unrelated questions).
+    The built-in prompt names nothing of this run's context (that is in the first user message),
+    so runs with the same settings share it whole and a local server's prompt cache reads it
+    once: the context's size in the system prompt made ~1,000 tokens of it new in every run.
+    `context_type` is still given to a custom `template`.
     `sources=True` adds the rule and the example's commit with sources (recursa.core.sources).
     `repl_tools`: one line per MCP tool the REPL holds (signature: summary)."""
     tools = TOOLS_LINE.format(names=", ".join(tool_names)) if tool_names else ""
