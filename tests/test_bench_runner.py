@@ -172,13 +172,15 @@ def _cli_args(out: Path, n: int, *extra: str, baselines: bool = False) -> list[s
 
 
 def test_cli_run_list_and_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """By default the three no-model baselines run beside the methods, under the model
-    'none', and the report sets each method against the best of them."""
+    """By default the no-model baselines that apply run beside the methods, under the model
+    'none' (on S-NIAH's one code: grep, regex, constant and embed), and the report sets each
+    method against the best of them."""
     assert main(_cli_args(tmp_path, 2, "--no-progress", baselines=True)) == 0
     rows = load_rows(tmp_path)
-    assert len(rows) == 8 + 2 * 2 * 3
-    base = [r for r in rows if r["method"] in ("grep", "regex", "constant")]
-    assert len(base) == 12 and {r["model"] for r in base} == {"none"}
+    assert len(rows) == 8 + 2 * 2 * 4
+    assert {r["method"] for r in rows} == {"rlm", "direct", "grep", "regex", "constant", "embed"}
+    base = [r for r in rows if r["method"] in ("grep", "regex", "constant", "embed")]
+    assert len(base) == 16 and {r["model"] for r in base} == {"none"}
     assert all(r["tokens"] == 0 and r["cost_usd"] == 0 and r["status"] == "final"
                for r in base)
     # S-NIAH is the task a grep passes: regex finds its only 7-digit number every time
