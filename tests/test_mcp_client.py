@@ -340,3 +340,20 @@ async def test_a_server_that_never_answers_times_out_by_name() -> None:
         async with hub:
             pass
     assert time.monotonic() - t0 < 10.0     # and stopped: not the 30 s default, no hang
+
+
+def test_mcp_tools_reach_the_wasm_sandbox(db: str, tmp_path: Path) -> None:
+    """The functions ride in the worker's init message, so a sandbox that starts its own
+    worker session must pass them on: the WebAssembly one too."""
+    from recursa.sandbox.wasm_runtime import unavailable_reason
+    why = unavailable_reason()
+    if why:
+        pytest.skip(why)
+    root = ReplayClient(root_script(
+        repl("rows = mcp_db_query(\"SELECT name FROM fruit WHERE color = 'yellow'\")\n"
+             "FINAL(rows[0]['name'])")))
+    rlm = RLM(model=root, sandbox="wasm", trace_path=tmp_path / "t.jsonl",
+              mcp_servers=config(db, allow=["query"]))
+    res = rlm.completion("Which fruit is yellow?", context="the fruit table is in the db")
+    assert res.status == "final" and res.answer == "banana", res
+    assert res.usage["mcp"].calls == 1

@@ -125,7 +125,7 @@ class WasmSandbox:
             self.session = WorkerSession(
                 self._transport, context_path="/recursa/context", kind=payload.kind,
                 handler=handler, start_timeout=self.start_timeout,
-                interrupt_grace=self.interrupt_grace)
+                functions=payload.functions, interrupt_grace=self.interrupt_grace)
             await self.session.start()
             if self.disk_mb:
                 self._watcher = asyncio.create_task(self._watch_disk(self.session))
