@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-from recursa.base.types import BudgetExceeded, Message, ModelError
+from recursa.base.types import BudgetExceeded, Completion, Message, ModelError
 from recursa.core import prompts
 from recursa.core.strategies import Run, RunEnv
 from recursa.core.strategies.plans import (
@@ -285,6 +285,22 @@ async def run_plan(run: Run, description: str) -> bool:
 _RESULTS = frozenset(n for k in KINDS.values() for n in k.results)
 
 
+async def _answer_call(run: Run, turn: Any, messages: list[Message],
+                       options: dict[str, Any]) -> Completion | None:
+    """The root call of an answer turn, allowed past a spent budget's last turn (`_at_limit`);
+    None when it failed (the turn records why, and the code loop goes on)."""
+    try:
+        comp = await run.env.dispatcher.call_model(run.env.root_client, messages, role="root",
+                                                   subcall=False, options=options,
+                                                   force=_at_limit(run.env))
+    except (ModelError, BudgetExceeded) as e:
+        turn.fail(str(e))
+        return None
+    run.st.turns += 1
+    turn.replied(comp)
+    return comp
+
+
 async def _computed_answer(run: Run, step: AnswerStep) -> bool:
     """One typed root call (constrained by the step's schema where the client takes one), turned
     into REPL code by the step (with what the trace keeps of the choice); what it reads from the
@@ -299,15 +315,9 @@ async def _computed_answer(run: Run, step: AnswerStep) -> bool:
     from recursa.models.registry import structured_output
     if structured_output(env.root_client) == "json_schema":
         options["json_schema"] = step.schema
-    try:
-        comp = await env.dispatcher.call_model(env.root_client, step.messages, role="root",
-                                               subcall=False, options=options,
-                                               force=_at_limit(env))
-    except (ModelError, BudgetExceeded) as e:
-        turn.fail(str(e))
+    comp = await _answer_call(run, turn, step.messages, options)
+    if comp is None:
         return False
-    st.turns += 1
-    turn.replied(comp)
     made = step.code(comp.text)
     if made is None:
         turn.end(comp, blocks=0, plan_answer=None)
@@ -335,15 +345,9 @@ async def _answer(run: Run, output: str, sourced: bool = False) -> bool:
     turn = run.rec.turn(turn=st.turns + 1, plan_answer=True)
     messages = answer_messages(run.query, output)
     options = {**env.root_options, "temperature": 0.0, "max_tokens": ANSWER_MAX_TOKENS}
-    try:
-        comp = await env.dispatcher.call_model(env.root_client, messages, role="root",
-                                               subcall=False, options=options,
-                                               force=_at_limit(env))
-    except (ModelError, BudgetExceeded) as e:
-        turn.fail(str(e))
+    comp = await _answer_call(run, turn, messages, options)
+    if comp is None:
         return False
-    st.turns += 1
-    turn.replied(comp)
     text = comp.text.strip()
     if text.lower().startswith("answer:"):
         text = text[7:].strip()
