@@ -31,6 +31,15 @@ from recursa.obs.trace import load
 from recursa.sandbox import InProcessSandbox, LocalSandbox
 
 SECRET = "sk-recursa-attack-" + uuid.uuid4().hex
+# model code looking for `key` in every process's environment and command line it can read,
+# appending "environ:PID" / "cmdline:PID" to `found` (the cell defines `key` and `found`)
+PROC_KEY_SCAN = ("for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+                 "    for what in ('environ', 'cmdline'):\n"
+                 "        try:\n"
+                 "            if key.encode() in open(f'/proc/{pid}/{what}', 'rb').read():\n"
+                 "                found.append(f'{what}:{pid}')\n"
+                 "        except OSError:\n"
+                 "            pass\n")
 
 
 class Attack:
@@ -217,13 +226,7 @@ def test_api_keys_in_environment_and_proc(mode, tmp_path, monkeypatch):
     code = ("import os\nfound = []\n"
             f"key = {SECRET[:12]!r}\n"
             "if any(key in v for v in os.environ.values()): found.append('environ')\n"
-            "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
-            "    for what in ('environ', 'cmdline'):\n"
-            "        try:\n"
-            "            if key.encode() in open(f'/proc/{pid}/{what}', 'rb').read():\n"
-            "                found.append(f'{what}:{pid}')\n"
-            "        except OSError:\n"
-            "            pass\n"
+            + PROC_KEY_SCAN +
             "print('own env keys:', sorted(k for k in os.environ if 'KEY' in k))\n"
             "try:\n"
             "    host = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n"

@@ -18,7 +18,7 @@ import pytest
 
 from helpers_docker import needs_docker
 from helpers_procs import processes_with
-from test_attack import SECRET, attack, cell_out, intact
+from test_attack import PROC_KEY_SCAN, SECRET, attack, cell_out, intact
 
 pytestmark = needs_docker
 
@@ -94,13 +94,7 @@ def test_docker_keys_uid_and_capabilities(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     code = ("import os\n"
             f"key = {SECRET[:12]!r}\nfound = []\n"
-            "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
-            "    for what in ('environ', 'cmdline'):\n"
-            "        try:\n"
-            "            if key.encode() in open(f'/proc/{pid}/{what}', 'rb').read():\n"
-            "                found.append(f'{what}:{pid}')\n"
-            "        except OSError:\n"
-            "            pass\n"
+            + PROC_KEY_SCAN +
             "print('own env keys:', sorted(k for k in os.environ if 'KEY' in k))\n"
             "print('found', found)\n"
             "print('ids', os.getuid(), os.geteuid(), os.getgid(), os.getgroups())\n"
