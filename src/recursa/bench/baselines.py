@@ -197,9 +197,10 @@ def baseline_answer(name: str, inst: Instance, text: str, seed: int | None = Non
     if name == "embed" and inst.meta.get("question_type") == "lookup":
         from .lookup_baselines import nearest_sentence
         return nearest_sentence(inst.query, text)
-    if name == "embed" and shape_of(inst)["kind"] == "digits":
+    shape = shape_of(inst) if name == "embed" else {}
+    if shape.get("kind") == "digits":
         from .lookup_baselines import nearest_code
-        return nearest_code(inst.query, text, int(shape_of(inst)["n"]))
+        return nearest_code(inst.query, text, int(shape["n"]))
     if name in ("lexicon", "embed", "classifier"):
         from .record_baselines import record_answer
         return record_answer(name, inst, text)
