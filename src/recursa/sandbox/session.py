@@ -20,6 +20,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from recursa.base.types import CallHandler, Cell, SandboxError
@@ -31,6 +32,19 @@ log = logging.getLogger("recursa.sandbox")
 _CELL_FIELDS = set(Cell.model_fields)
 _STEP = 1 << 20   # a large frame is read (and its separators counted) this much at a time
 _BATCH_KINDS = {"llm_batch": "prompts", "rlm_batch": "prompts"}
+
+
+def startable(started: bool, closed: bool, context_path: str) -> Path:
+    """The context file a sandbox that starts one worker session is about to start with; a
+    clear error when it was started before, is closed, or the file is not there."""
+    if started:
+        raise SandboxError("the sandbox was already started")
+    if closed:
+        raise SandboxError("the sandbox is closed")
+    path = Path(context_path)
+    if not path.is_file():
+        raise SandboxError(f"context file not found: {context_path}")
+    return path
 
 
 def _error_value(kind: str, args: dict[str, Any], exc: BaseException) -> Any:

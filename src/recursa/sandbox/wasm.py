@@ -29,7 +29,7 @@ from recursa.base.tempdirs import owned_tempdir
 from recursa.base.types import CallHandler, Cell, ContextPayload, SandboxError
 from recursa.sandbox import wasm_runtime
 from recursa.sandbox.protocol import WORKER_PATH
-from recursa.sandbox.session import WorkerSession
+from recursa.sandbox.session import WorkerSession, startable
 from recursa.sandbox.transport import SubprocessTransport
 
 log = logging.getLogger("recursa.sandbox")
@@ -98,14 +98,8 @@ class WasmSandbox:
         return SubprocessTransport(self._argv(), env=env, cwd=self.workspace)
 
     async def start(self, payload: ContextPayload, handler: CallHandler) -> None:
-        if self._started:
-            raise SandboxError("the sandbox was already started")
-        if self._closed:
-            raise SandboxError("the sandbox is closed")
-        self._started = True
-        context = Path(payload.path)
-        if not context.is_file():
-            raise SandboxError(f"context file not found: {payload.path}")
+        started, self._started = self._started, True     # a failed start is still a start
+        context = startable(started, self._closed, payload.path)
         try:
             self._wasm = await asyncio.to_thread(wasm_runtime.verified_wasm, self.cache_dir)
             await asyncio.to_thread(wasm_runtime.precompile, self._wasm)   # a new wasmtime

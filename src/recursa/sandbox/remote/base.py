@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 from recursa.base.extras import MissingExtra
 from recursa.base.types import CallHandler, Cell, ContextPayload, SandboxError
 from recursa.sandbox.protocol import WORKER_PATH
-from recursa.sandbox.session import WorkerSession
+from recursa.sandbox.session import WorkerSession, startable
 from recursa.sandbox.transport import Transport, describe_exit
 
 log = logging.getLogger("recursa.sandbox")
@@ -280,14 +280,8 @@ class RemoteSandbox:
         return self._session
 
     async def start(self, payload: ContextPayload, handler: CallHandler) -> None:
-        if self._started:
-            raise SandboxError("the sandbox was already started")
-        if self._closed:
-            raise SandboxError("the sandbox is closed")
-        self._started = True
-        path = Path(payload.path)
-        if not path.is_file():
-            raise SandboxError(f"context file not found: {payload.path}")
+        started, self._started = self._started, True     # a failed start is still a start
+        path = startable(started, self._closed, payload.path)
         try:
             try:
                 self.remote_dir = await self.launcher.prepare({
