@@ -185,6 +185,42 @@ async def test_close_kills_leftover_processes(mode, local):
     assert sb.workspace is not None and not os.path.exists(sb.workspace)
 
 
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_worker_ending_before_the_hosts_kill_leaves_nothing(mode, local, monkeypatch):
+    """The race CI lost once: the worker answers `shutdown` and exits before the host's kill
+    runs, so what model code started (a new session, an orphan) is no longer its descendant.
+    The worker ends them itself; here the host's kill waits for the worker's exit first."""
+    sb = await local(isolation=mode)
+    marker = f"recursa-leftover-{uuid.uuid4().hex}"
+    cell = await run(sb, (
+        "import subprocess, sys, os\n"
+        f"argv = [sys.executable, '-c', 'import time; time.sleep(300)', '{marker}']\n"
+        "subprocess.Popen(argv, start_new_session=True)\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    subprocess.Popen(argv)\n"
+        "    os._exit(0)\n"))
+    assert cell.error is None, cell.error
+    for _ in range(50):
+        if len(processes_with(marker)) >= 2:
+            break
+        await asyncio.sleep(0.05)
+    assert len(processes_with(marker)) == 2
+    transport = sb.session._transport
+    kill = transport.kill
+
+    async def kill_after_exit() -> None:
+        assert await transport.wait_exit(10) is not None   # it ended on its own
+        await kill()
+    monkeypatch.setattr(transport, "kill", kill_after_exit)
+    await sb.close()
+    for _ in range(40):
+        if not processes_with(marker):
+            break
+        await asyncio.sleep(0.05)
+    assert processes_with(marker) == []
+
+
 # ------------------------------------------------------------------ isolation
 @pytest.mark.parametrize("mode", MODES)
 async def test_environment_is_clean(mode, local, monkeypatch):

@@ -1050,6 +1050,37 @@ def _set_subreaper() -> None:
     _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
 
 
+def _end_descendants(rounds: int = 50) -> None:
+    """SIGKILL and reap every process model code left behind, before the worker exits. As a
+    subreaper the worker holds them all; once it has exited they re-parent out of the host's
+    reach by ancestry (a `shutdown` answered faster than the host's kill is that race)."""
+    me = str(os.getpid()).encode()
+    for _ in range(rounds):
+        kids = []
+        try:
+            entries = os.listdir("/proc")
+        except OSError:
+            return  # not Linux: the host's kill is all there is
+        for entry in entries:
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat", "rb") as f:
+                        stat = f.read()
+                except OSError:
+                    continue
+                # Field 4 (ppid) follows the parenthesised command name.
+                if stat[stat.rfind(b")") + 2:].split()[1:2] == [me]:
+                    kids.append(int(entry))
+        if not kids:
+            return
+        for pid in kids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError, PermissionError):
+                pass
+
+
 def _die_with_parent(parent: int) -> None:
     # If the host dies while a cell is busy, nobody would ever stop us otherwise.
     _prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (must follow setuid, which clears it)
@@ -1421,7 +1452,10 @@ def run(limits: dict[str, int], *, uid: int | None = None, gid: int | None = Non
     worker = Worker(channel, preopened)
     if first is not None:
         worker.handle(first)
-    worker.serve()
+    try:
+        worker.serve()
+    finally:
+        _end_descendants()
     return 0
 
 
