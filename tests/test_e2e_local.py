@@ -31,7 +31,8 @@ def test_finds_a_report_and_reads_it_with_a_subcall_k_of_n(tmp_path: Path):
     came from a sub-call or a cell's output, not from the model's memory (it cannot know them).
     On the idle machine (2026-12-03) seeds 0, 2, 3 and 4 of 0-4 were right (seed 1's sub-call
     names the cause, not the fixer); the 5-seed version cost 938 s on a machine half as fast.
-    One run after another."""
+    One run after another, stopping once decided: the third seed runs only when the first two
+    split (the same 2-of-3 bar, a third less model time when both are right)."""
     seeds = (0, 2, 3)
     cases = {seed: make_case(seed, chars=120_000) for seed in seeds}
 
@@ -45,11 +46,11 @@ def test_finds_a_report_and_reads_it_with_a_subcall_k_of_n(tmp_path: Path):
                   strategy="code", trace_path=tmp_path / f"t{seed}.jsonl")
         return await rlm.acompletion(cases[seed].query, context=cases[seed].context)
 
-    async def all_seeds():
-        return [await one(seed) for seed in seeds]
-
     right = 0
-    for seed, res in zip(seeds, asyncio.run(all_seeds()), strict=True):
+    for i, seed in enumerate(seeds):
+        if right >= 2 or right + len(seeds) - i < 2:
+            break       # decided: the third seed runs only when the first two split
+        res = asyncio.run(one(seed))
         case, trace = cases[seed], tmp_path / f"t{seed}.jsonl"
         assert res.status != "error", (seed, res.error)
         if case.check(res.answer):
@@ -57,7 +58,7 @@ def test_finds_a_report_and_reads_it_with_a_subcall_k_of_n(tmp_path: Path):
             seen = " ".join(str(e.data.get("response", "")) for e in _events(trace, "subcall"))
             seen += " ".join(str(e.data.get("output", "")) for e in _events(trace, "cell"))
             assert case.cause_word in seen.lower(), (seed, res.answer)
-    assert right >= 2, f"{right} of 3 seeded cases right"
+    assert right >= 2, f"{right} of the seeded cases right (2 of 3 needed)"
 
 
 def test_counts_lines_of_a_long_file_and_never_outgrows_its_window(tmp_path: Path):
