@@ -12,6 +12,7 @@ from recursa.bench.methods import MethodConfig, parse_method
 from recursa.core.combinators import leaf_item
 from recursa.core.prompts import system_prompt
 from recursa.core.strategies import plan as pl
+from recursa.core.strategies.plans.label_count import query_choices
 from recursa.frontend.options import RLMOptions
 from recursa.models.replay import ReplayClient
 from recursa.obs.trace import load_events
@@ -695,3 +696,48 @@ def test_a_root_model_that_fails_the_planning_call_ends_the_run_as_in_the_code_m
     res, sub = run(root)
     assert res.status == "error" and "SIGKILL" in res.error
     assert sub.calls == [] and len(root.calls) == 1      # no fall-back turn on a dead model
+
+
+@pytest.mark.parametrize("query, choices", [
+    ("Which kind of thing do the most of these notes describe: tools, fruits or birds?",
+     ["tools", "fruits", "birds"]),
+    ("Of tools, fruits, birds and boats, which is described by the most entries?",
+     ["tools", "fruits", "birds", "boats"]),
+    ("Which colour is commonest: red, green, or blue?", ["red", "green", "blue"]),
+    ("Which appears least often among cats, dogs and birds?", ["cats", "dogs", "birds"]),
+    # not a list of options to label every record with
+    ("How many of these are red, green or blue?", []),                   # no most / fewest
+    ("Which desk is most often late here: North, South or East?", []),    # names: groups
+    ("Which is most common, red or blue?", []),                           # two, and a lead word
+    ("Which of the records, rows or lines is most common?", []),
+])
+def test_the_options_a_most_query_lists_are_found(query, choices):
+    assert query_choices(query) == choices
+
+
+def test_a_most_query_over_listed_options_labels_every_record_with_one_of_them():
+    """The root named two of the three options as its sides; the leaves are asked all three,
+    and the most is computed over all the records (no groups)."""
+    kinds = ["tools", "fruits", "birds"]
+    records = "\n".join(f"Entry {i}: " + ["a hammer for nails", "a ripe red apple",
+                                          "a small songbird"][(i % 5 > 1) + (i % 5 > 2)]
+                        for i in range(30))       # per 5: 2 tools, 1 fruit, 2 birds
+    records += "\nEntry 30: a ripe red apple\nEntry 31: a small songbird"
+    root = scripted({"plan": "label_count", "label": "tool", "opposite": "fruit"},
+                    "FINAL('never reached')", answer="999", count='{"op": "which_most"}')
+
+    def sub(messages):
+        item = leaf_item(messages[-1]["content"])
+        return "tools" if "hammer" in item else "fruits" if "apple" in item else "birds"
+    query = "Which kind of thing do the most of these entries describe: tools, fruits or birds?"
+    res, sub_client = run(root, sub=sub, context=records, query=query)
+    assert sub_client.calls[0][-1]["content"].startswith(
+        "Which fits the text better: tools, fruits or birds?")
+    assert (res.status, res.answer) == ("final", "birds"), res.answer   # 13 birds, 12 tools
+    root_fewest = scripted({"plan": "label_count", "label": "tool", "opposite": "fruit"},
+                           "FINAL('never reached')", answer="999",
+                           count='{"op": "which_fewest"}')
+    res, _ = run(root_fewest, sub=sub, context=records,
+                 query=query.replace("the most", "the fewest"))
+    assert res.answer == "fruits", res.answer
+    assert kinds == query_choices(query)

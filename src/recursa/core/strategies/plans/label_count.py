@@ -108,6 +108,30 @@ def condition_words(query: str) -> list[str]:
 
 QUERY_LEAF = 'Does the text below match this description: "{condition}"? Answer yes or no.'
 
+# A list of three or more one-word options ("red, green, blue or grey") in a query that asks
+# for the most or the fewest: the answer is one of them, so every record is labelled with one.
+# Two sides the root picked from such a list cannot say the others: on a sealed cell of
+# four-way questions it took two of the four and answered one of those two, 1 of 10 right.
+# Lowercase words only: capitalised ones are names, the values of a group ("North, South or
+# East"), which a grouped count compares instead. The list opens the query or follows a colon
+# or "of / among / between / from", so that a word before it ("most common, red or blue") is
+# not taken for an option.
+_CHOICES = re.compile(r"(?:^|[:;(]\s*|\b(?i:of|among|between|from)\s+)"
+                      r"([a-z][a-z'-]*(?:,\s*[a-z][a-z'-]*)+,?\s+(?:or|and)\s+[a-z][a-z'-]*)"
+                      r"(?![\w-])")
+_EXTREME = re.compile(r"(?i)\b(most|least|fewest|commonest|rarest|majority)\b")
+
+
+def query_choices(query: str) -> list[str]:
+    """The options a most / fewest query lists (three or more single words, in its order), or
+    [] when it lists none or asks for something else."""
+    if not _EXTREME.search(query):
+        return []
+    m = _CHOICES.search(query)
+    items = re.split(r"\s*,\s*(?:(?:or|and)\s+)?|\s+(?:or|and)\s+", m.group(1)) if m else []
+    out = list(dict.fromkeys(x.strip("'") for x in items if x.strip("'")))
+    return out if len(out) >= 3 and not {x.lower() for x in out} & _FRAME else []
+
 
 def condition_phrase(query: str) -> str:
     """The query's condition in its own words: its first sentence from its first condition
@@ -182,8 +206,16 @@ def _plan_count(group_by: str) -> None:
 
 
 # ------------------------------------------------------------------ host side
+def sides(plan: LabelCount, query: str) -> list[str]:
+    """What each record is labelled: the options the query lists when it asks which of them is
+    the most or fewest over all the records, else the plan's two sides."""
+    return (query_choices(query) if not plan.group_by.strip() else []) or plan.labels
+
+
 def body(plan: LabelCount, dry: bool, query: str) -> Body:
-    code = label_call(leaf_question(plan.labels), plan.labels, condition_words(query), query, dry)
+    labels = sides(plan, query)
+    words = condition_words(query) if labels == plan.labels else []
+    code = label_call(leaf_question(labels), labels, words, query, dry)
     if dry:
         return Body(code, "record_labels")
     return Body(f"{code}\n_plan_count({plan.group_by.strip()!r})", "label_counts")
@@ -194,7 +226,7 @@ def answer(plan: LabelCount, query: str) -> AnswerStep:
     def code(reply: str) -> tuple[str, dict[str, Any]] | None:
         op = pa.parse_count_choice(reply)
         return (pa.count_code(op, query, plan.label), {"count_op": op}) if op else None
-    return AnswerStep(pa.count_messages(query, plan.labels, plan.group_by.strip()),
+    return AnswerStep(pa.count_messages(query, sides(plan, query), plan.group_by.strip()),
                       pa.CountChoice.model_json_schema(), pa.COUNT_MAX_TOKENS, code,
                       lambda cell: pa.scalar_answer(pa.last_value(cell)), {"count_choice": True})
 

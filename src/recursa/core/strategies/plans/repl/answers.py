@@ -14,6 +14,7 @@ if TYPE_CHECKING:
         id_counts,
         id_unlabelled,
         label_counts,
+        plan_labels,
         plan_read,
         record_labels,
     )
@@ -25,6 +26,11 @@ def _plan_count_answer(op: str, query: str, counted: str) -> Any:
     # the chosen count's value, None when the counts cannot give it: no groups, the query names
     # the wrong number of them, a tie for most / fewest
     g = globals().get("group_counts") or {}
+    if not g and op in ("which_most", "which_fewest"):
+        # no groups: the labels the query names are what it compares ("which of red, green or
+        # blue ...": each record was labelled with one of them), counted over all the records
+        g = {x: {counted: label_counts[x]} for x in plan_labels
+             if re.search(r"(?<!\w)" + re.escape(x) + r"(?!\w)", query, re.I)}
     hits = [(re.search(r"(?<!\w)" + re.escape(x) + r"(?!\w)", query, re.I), x) for x in g]
     named = [x for _, x in sorted((m.start(), x) for m, x in hits if m)]
     ranked = sorted(g, key=lambda x: -g[x][counted])
