@@ -741,3 +741,9 @@ def test_a_most_query_over_listed_options_labels_every_record_with_one_of_them()
                  query=query.replace("the most", "the fewest"))
     assert res.answer == "fruits", res.answer
     assert kinds == query_choices(query)
+    # one word for both sides ("entry" / "entry") is no valid plan, but with listed options its
+    # sides would not be used: the records are labelled with the options all the same
+    root_same = scripted({"plan": "label_count", "label": "entry", "opposite": "entry"},
+                         "FINAL('never reached')", answer="999", count='{"op": "which_most"}')
+    res, _ = run(root_same, sub=sub, context=records, query=query)
+    assert (res.status, res.answer) == ("final", "birds"), res.answer

@@ -58,6 +58,7 @@ from recursa.core.strategies.plans.label_count import (  # noqa: F401
     condition_words,
     leaf_question,
     plain_opposite,
+    query_choices,
 )
 from recursa.core.strategies.plans.pairs import Pairs  # noqa: F401
 from recursa.core.strategies.plans.repl import answers as repl_answers
@@ -181,7 +182,8 @@ def read_plan(text: str, query: str) -> Any:
     """The plan in the root's reply, fitted to the query. A labelling plan that is not even
     valid (one label for both sides: "combination" / "combination") for a query that asks for
     no aggregate is the same misreading `fits` corrects, so it becomes the retrieval too instead
-    of a fall-back to code."""
+    of a fall-back to code. For a most / fewest query that lists its options, such a plan labels
+    every record with one of those (`query_choices`): its sides would not be used."""
     try:
         return fits(parse(text), query)
     except ValueError:
@@ -189,6 +191,8 @@ def read_plan(text: str, query: str) -> Any:
                       + ')"', text)
         if m and not asks_aggregate(query):
             return RetrieveRead(plan="retrieve_read", question=query[:300], keywords=[])
+        if m and m.group(1) == "label_count" and (choices := query_choices(query)):
+            return LabelCount(plan="label_count", label=choices[-1], opposite=choices[0])
         raise
 
 
