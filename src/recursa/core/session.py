@@ -503,9 +503,14 @@ class Session:
     def _stop_runner(self, runner: _Runner) -> None:
         for fut in list(self._pending):      # a question still running is cancelled
             fut.cancel()
-        fut = runner.submit(self._aclose_inner())
-        with contextlib.suppress(Exception):
-            fut.result(timeout=30.0)
+        coro = self._aclose_inner()
+        try:
+            fut = runner.submit(coro)
+        except RuntimeError:        # its loop closed first (its owner or the interpreter ended)
+            coro.close()
+        else:
+            with contextlib.suppress(Exception):
+                fut.result(timeout=30.0)
         runner.stop()
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
