@@ -153,11 +153,11 @@ def test_describe_exit():
 
 
 # ------------------------------------------------------------------ cleanup
-@pytest.mark.parametrize("mode", MODES)
-async def test_close_kills_leftover_processes(mode, local):
-    sb = await local(isolation=mode)
+async def leave_processes(sb) -> str:
+    """Model code that leaves three sleepers behind (a child, a child in a session of its own,
+    an orphan of a double fork); their command lines carry the returned marker."""
     marker = f"recursa-leftover-{uuid.uuid4().hex}"
-    code = (
+    cell = await run(sb, (
         "import subprocess, sys, os\n"
         f"argv = [sys.executable, '-c', 'import time; time.sleep(300)', '{marker}']\n"
         "p1 = subprocess.Popen(argv)\n"
@@ -166,22 +166,32 @@ async def test_close_kills_leftover_processes(mode, local):
         "if os.fork() == 0:\n"
         "    os.setsid()\n"
         "    subprocess.Popen(argv)\n"
-        "    os._exit(0)\n"
-    )
-    cell = await run(sb, code)
+        "    os._exit(0)\n"))
     assert cell.error is None, cell.error
     for _ in range(50):
         if len(processes_with(marker)) >= 3:
             break
         await asyncio.sleep(0.05)
     assert len(processes_with(marker)) == 3
-    await sb.close()
-    await sb.close()  # idempotent
+    return marker
+
+
+async def none_left(marker: str) -> list[int]:
+    """The marked processes still there after up to 2 s."""
     for _ in range(40):
         if not processes_with(marker):
             break
         await asyncio.sleep(0.05)
-    assert processes_with(marker) == []
+    return processes_with(marker)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_close_kills_leftover_processes(mode, local):
+    sb = await local(isolation=mode)
+    marker = await leave_processes(sb)
+    await sb.close()
+    await sb.close()  # idempotent
+    assert await none_left(marker) == []
     assert sb.workspace is not None and not os.path.exists(sb.workspace)
 
 
@@ -191,21 +201,7 @@ async def test_a_worker_ending_before_the_hosts_kill_leaves_nothing(mode, local,
     runs, so what model code started (a new session, an orphan) is no longer its descendant.
     The worker ends them itself; here the host's kill waits for the worker's exit first."""
     sb = await local(isolation=mode)
-    marker = f"recursa-leftover-{uuid.uuid4().hex}"
-    cell = await run(sb, (
-        "import subprocess, sys, os\n"
-        f"argv = [sys.executable, '-c', 'import time; time.sleep(300)', '{marker}']\n"
-        "subprocess.Popen(argv, start_new_session=True)\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    subprocess.Popen(argv)\n"
-        "    os._exit(0)\n"))
-    assert cell.error is None, cell.error
-    for _ in range(50):
-        if len(processes_with(marker)) >= 2:
-            break
-        await asyncio.sleep(0.05)
-    assert len(processes_with(marker)) == 2
+    marker = await leave_processes(sb)
     transport = sb.session._transport
     kill = transport.kill
 
@@ -214,11 +210,7 @@ async def test_a_worker_ending_before_the_hosts_kill_leaves_nothing(mode, local,
         await kill()
     monkeypatch.setattr(transport, "kill", kill_after_exit)
     await sb.close()
-    for _ in range(40):
-        if not processes_with(marker):
-            break
-        await asyncio.sleep(0.05)
-    assert processes_with(marker) == []
+    assert await none_left(marker) == []
 
 
 # ------------------------------------------------------------------ isolation
