@@ -715,35 +715,31 @@ def test_the_options_a_most_query_lists_are_found(query, choices):
     assert query_choices(query) == choices
 
 
-def test_a_most_query_over_listed_options_labels_every_record_with_one_of_them():
-    """The root named two of the three options as its sides; the leaves are asked all three,
-    and the most is computed over all the records (no groups)."""
-    kinds = ["tools", "fruits", "birds"]
+@pytest.mark.parametrize("sides, op, answer", [
+    (("tool", "fruit"), "which_most", "birds"),          # 13 birds, 12 tools, 7 fruits
+    (("tool", "fruit"), "which_fewest", "fruits"),
+    # one word for both sides is no valid plan, but with listed options its sides would not be
+    # used: the records are labelled with the options all the same
+    (("entry", "entry"), "which_most", "birds"),
+])
+def test_a_most_query_over_listed_options_labels_every_record_with_one_of_them(sides, op,
+                                                                             answer):
+    """The root named two of the three options (or one word twice) as its sides; the leaves
+    are asked all three, and the most is computed over all the records (no groups)."""
     records = "\n".join(f"Entry {i}: " + ["a hammer for nails", "a ripe red apple",
                                           "a small songbird"][(i % 5 > 1) + (i % 5 > 2)]
                         for i in range(30))       # per 5: 2 tools, 1 fruit, 2 birds
     records += "\nEntry 30: a ripe red apple\nEntry 31: a small songbird"
-    root = scripted({"plan": "label_count", "label": "tool", "opposite": "fruit"},
-                    "FINAL('never reached')", answer="999", count='{"op": "which_most"}')
+    root = scripted({"plan": "label_count", "label": sides[0], "opposite": sides[1]},
+                    "FINAL('never reached')", answer="999", count=json.dumps({"op": op}))
 
     def sub(messages):
         item = leaf_item(messages[-1]["content"])
         return "tools" if "hammer" in item else "fruits" if "apple" in item else "birds"
-    query = "Which kind of thing do the most of these entries describe: tools, fruits or birds?"
+    query = (f"Which kind of thing do the {op.removeprefix('which_')} of these entries "
+             "describe: tools, fruits or birds?")
+    assert query_choices(query) == ["tools", "fruits", "birds"]
     res, sub_client = run(root, sub=sub, context=records, query=query)
     assert sub_client.calls[0][-1]["content"].startswith(
         "Which fits the text better: tools, fruits or birds?")
-    assert (res.status, res.answer) == ("final", "birds"), res.answer   # 13 birds, 12 tools
-    root_fewest = scripted({"plan": "label_count", "label": "tool", "opposite": "fruit"},
-                           "FINAL('never reached')", answer="999",
-                           count='{"op": "which_fewest"}')
-    res, _ = run(root_fewest, sub=sub, context=records,
-                 query=query.replace("the most", "the fewest"))
-    assert res.answer == "fruits", res.answer
-    assert kinds == query_choices(query)
-    # one word for both sides ("entry" / "entry") is no valid plan, but with listed options its
-    # sides would not be used: the records are labelled with the options all the same
-    root_same = scripted({"plan": "label_count", "label": "entry", "opposite": "entry"},
-                         "FINAL('never reached')", answer="999", count='{"op": "which_most"}')
-    res, _ = run(root_same, sub=sub, context=records, query=query)
-    assert (res.status, res.answer) == ("final", "birds"), res.answer
+    assert (res.status, res.answer) == ("final", answer), res.answer
