@@ -236,7 +236,7 @@ def test_retrieve_read_with_search_reads_only_the_searched_passages():
     assert "answers: ['4417']" in first_code_message(root)
 
 
-def test_two_hop_feeds_the_first_answer_into_the_second_question():
+def test_a_chained_lookup_feeds_the_first_answer_into_the_second_question():
     text = "Ada's manager is Grace.\n" + "x\n" * 50 + "Grace works in Lyon.\n"
 
     def sub(messages):
@@ -248,7 +248,7 @@ def test_two_hop_feeds_the_first_answer_into_the_second_question():
         if "Where does Grace work" in t:
             return "Lyon"
         return "none"
-    root = scripted({"plan": "two_hop", "first_question": "Who is Ada's manager?",
+    root = scripted({"plan": "chained_lookup", "first_question": "Who is Ada's manager?",
                      "second_question": "Where does {answer} work?"}, "FINAL(plan_answers[0])")
     res, _ = run(root, sub=sub, context=text)
     assert res.answer == "Lyon"
@@ -378,7 +378,7 @@ def test_the_code_plan_and_a_plan_over_budget_leave_the_code_mode_as_it_was():
 def test_plan_schema_accepts_every_plan_and_parse_reads_wrapped_replies():
     import jsonschema
     schema = pl.plan_schema()
-    for plan in ({"plan": "code"}, {"plan": "two_hop", "first_question": "a",
+    for plan in ({"plan": "code"}, {"plan": "chained_lookup", "first_question": "a",
                                     "second_question": "b {answer}"}):
         jsonschema.validate(plan, schema)
         assert pl.parse(json.dumps({"choice": plan})).plan == plan["plan"]
@@ -638,6 +638,9 @@ def test_with_sources_asked_a_retrievals_answer_carries_the_passage_its_reader_a
      "desk's name only.", "negative", "positive", "labels"),
     ("How many notes say the pump leaked?", "leaked", "dry", "labels"),    # one word unsaid
     ("How many notes say the old pump leaked oil?", "leaked", "dry", "query"),
+    # a word and its inflection are one unsaid word ("renters", "rented"), two others are not
+    ("How many renters here were unhappy with what they rented?", "unhappy", "happy", "labels"),
+    ("How many tenants here were unhappy with what they paid?", "unhappy", "happy", "query"),
     ("How many of the notes say the pump leaked?", "pump leaked", "dry", "labels"),
     ("What number of tickets were reopened after being closed?", "reopened", "closed",
      "labels"),
@@ -666,7 +669,7 @@ def test_condition_words_leave_out_the_frame_and_names():
     assert pl.condition_words("Which site's reviews are most often negative here: Amazon, IMDb "
                               "or Yelp? Answer with the site's name only.") == \
         ["site", "negative"]
-    assert pl.condition_phrase("How many of the glosses below are about a food or a drink? "
+    assert pl.condition_phrase("How many of the notes below are about a food or a drink? "
                                "Answer with a number.") == "about a food or a drink"
     assert pl.condition_words("How many customer messages complain they were billed the wrong "
                               "amount?") == ["customer", "complain", "billed", "wrong", "amount"]

@@ -19,7 +19,7 @@ from recursa.sandbox.worker import Repl, StreamRouter
 
 PLANS = {
     "retrieve_read": {"plan": "retrieve_read", "question": "Where?", "keywords": ["kiln"]},
-    "two_hop": {"plan": "two_hop", "first_question": "Who?", "second_question": "{answer}?"},
+    "chained_lookup": {"plan": "chained_lookup", "first_question": "Who?", "second_question": "{answer}?"},
     "label_count": {"plan": "label_count", "label": "cracked", "opposite": "intact",
                     "group_by": "Kiln"},
     "pairs": {"plan": "pairs", "instruction": "Label.", "labels": ["a", "b"], "keep": ["a"],
@@ -68,7 +68,7 @@ def sent_codes() -> dict[str, str]:
 
 
 def test_every_kind_is_registered_with_code_or_none():
-    assert list(KINDS) == ["retrieve_read", "label_count", "two_hop", "pairs", "code"]
+    assert list(KINDS) == ["retrieve_read", "label_count", "chained_lookup", "pairs", "code"]
     assert set(PLANS) == {k for k, v in KINDS.items() if v.body is not None}
 
 

@@ -106,16 +106,12 @@ def test_the_vocabulary_check_can_fail():
     assert {"shop", "complaint"} <= _words("Which Shop had the most complaint records?")
 
 
-# "two_hop" names a plan kind and a task family alike: it is the general term for a question
-# whose answer keys a second lookup, and the plan's name is what the root writes (in the
-# planning prompt and the constrained schema), so renaming it would change the root's input
-GENERAL_TERMS = {"two_hop"}
 CORE = Path(core.__file__).parent
 
 
 def core_names_of_families(text: str) -> list[str]:
-    """The task families `text` names (GENERAL_TERMS aside) and the seeds it cites."""
-    found = [n for n in sorted(set(TASKS) - GENERAL_TERMS)
+    """The task families `text` names and the seeds it cites."""
+    found = [n for n in sorted(TASKS)
              if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)]
     return found + re.findall(r"(?i)\b(?:dev|test) seeds? \d+|\bseeds? \d+", text)
 
@@ -131,4 +127,4 @@ def test_the_core_names_no_task_family_and_cites_no_seed():
 def test_the_family_name_check_can_fail():
     assert core_names_of_families("overflowed (judge_pairs test seed 4)") == [
         "judge_pairs", "test seed 4"]
-    assert core_names_of_families("a two_hop plan, para_niah_mv") == ["para_niah_mv"]
+    assert core_names_of_families("a two_hop plan, para_niah_mv") == ["para_niah_mv", "two_hop"]

@@ -12,7 +12,7 @@ failed plan falls back to the code mode, saying so.
 
 Plans: the kinds registered in `recursa.core.strategies.plans` (`retrieve_read`: find the pieces
 that answer a question and read them; `label_count`: label every record from a fixed set, then
-count by code; `two_hop`: a lookup whose answer is the key of a second lookup; `pairs`: label
+count by code; `chained_lookup`: a lookup whose answer is the key of a second lookup; `pairs`: label
 records, then pair their ids by code). This module chooses and runs them.
 """
 
@@ -50,6 +50,7 @@ from recursa.core.strategies.plans.answer_steps import (  # noqa: F401  (named h
     scalar_answer,
 )
 from recursa.core.strategies.plans.base import AnswerStep
+from recursa.core.strategies.plans.chained_lookup import ChainedLookup  # noqa: F401
 from recursa.core.strategies.plans.code import CodeInstead
 from recursa.core.strategies.plans.label_count import (  # noqa: F401
     QUERY_LEAF,
@@ -64,7 +65,6 @@ from recursa.core.strategies.plans.pairs import Pairs  # noqa: F401
 from recursa.core.strategies.plans.repl import answers as repl_answers
 from recursa.core.strategies.plans.repl import source
 from recursa.core.strategies.plans.retrieve_read import RetrieveRead
-from recursa.core.strategies.plans.two_hop import TwoHop  # noqa: F401
 
 __all__ = ["KINDS", "PLAN", "PLAN_MODE", "describe", "parse", "plan_code", "plan_schema",
            "run_plan"]

@@ -14,14 +14,14 @@ from typing import Annotated, Any, Union
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from recursa.core.strategies.plans import code, label_count, pairs, retrieve_read, two_hop
+from recursa.core.strategies.plans import chained_lookup, code, label_count, pairs, retrieve_read
 from recursa.core.strategies.plans.base import PlanKind
 from recursa.core.strategies.plans.repl import common, sources
 
 KINDS: dict[str, PlanKind] = {k.name: k for k in (
     retrieve_read.KIND,
     label_count.KIND,
-    two_hop.KIND,
+    chained_lookup.KIND,
     pairs.KIND,
     code.KIND,
 )}

@@ -84,7 +84,7 @@ exceed exceeds describe describes described define defines defined mention menti
 mentioned concern concerns refer refers express expresses
 reviews messages notes tickets comments posts emails documents rows reports sentences entries
 definitions descriptions responses replies questions answers statements passages paragraphs
-glosses gloss reviewers writers authors
+writers authors
 the and for are was were been being has have had does did doing not nor but from into onto over
 under about above below after before again also you your our its it's they them then this that
 some such same other own very can could would should will shall may might must

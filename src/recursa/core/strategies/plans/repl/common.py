@@ -181,7 +181,8 @@ def _plan_unsaid(words: list[str], labels: list[str], records: list[str]) -> lis
     common = collections.Counter(w[:5] for x in records
                                  for w in set(re.findall(r"[a-z]+", x.lower())))
     out = [w for w in words if w[:5] not in stems and common[w[:5]] < 0.8 * len(records)]
-    return out if len(out) >= _PLAN_UNSAID_MIN else []
+    # a word and its inflections ("reviewers", "reviewed") are one unsaid word
+    return out if len({w[:5] for w in out}) >= _PLAN_UNSAID_MIN else []
 
 
 def _plan_label(question: str, labels: list[str], words: list[str], query_leaf: str,

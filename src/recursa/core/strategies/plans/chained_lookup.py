@@ -1,4 +1,4 @@
-"""`two_hop`: a lookup whose answer is the key of a second lookup."""
+"""`chained_lookup`: a lookup whose answer is the key of a second lookup."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ if TYPE_CHECKING:
     from recursa.core.strategies.plans.repl.common import _plan_add, _plan_retrieve
 
 
-class TwoHop(BaseModel):
+class ChainedLookup(BaseModel):
     """Answer `first_question`, then `second_question` with `{answer}` replaced by that answer."""
 
-    plan: Literal["two_hop"]
+    plan: Literal["chained_lookup"]
     first_question: Text
     second_question: Text
 
@@ -27,7 +27,7 @@ first_answers: list[str]
 first_answer: str | None
 
 
-def _plan_two_hop(first: str, second: str, dry: bool) -> Any:
+def _plan_chained_lookup(first: str, second: str, dry: bool) -> Any:
     # dry: the second question's key is unknown yet, so its bound is taken as the first's
     global first_answers, first_answer
     if dry:
@@ -42,15 +42,16 @@ def _plan_two_hop(first: str, second: str, dry: bool) -> Any:
 
 
 # ------------------------------------------------------------------ host side
-def body(plan: TwoHop, dry: bool, query: str) -> Body:
+def body(plan: ChainedLookup, dry: bool, query: str) -> Body:
     out = "plan_bound" if dry else "plan_answers"
-    return Body(f"{out} = _plan_two_hop({plan.first_question!r}, {plan.second_question!r}, {dry})",
-                out)
+    return Body(f"{out} = _plan_chained_lookup({plan.first_question!r}, "
+                f"{plan.second_question!r}, {dry})", out)
 
 
 KIND = PlanKind(
-    name="two_hop", model=TwoHop, body=body, repl=(_plan_two_hop,), sourced=True,
+    name="chained_lookup", model=ChainedLookup, body=body, repl=(_plan_chained_lookup,),
+    sourced=True,
     results=("plan_answers", "first_answer", "plan_read"),
-    prompt='- {"plan": "two_hop", "first_question": "...", "second_question": "... {answer} '
+    prompt='- {"plan": "chained_lookup", "first_question": "...", "second_question": "... {answer} '
     '..."}: answer the first question, then the second with {answer} replaced by the first '
     "answer.")
