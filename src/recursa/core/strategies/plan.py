@@ -33,6 +33,7 @@ from recursa.core.strategies.plans import (
     parse,
     plan_code,
     plan_schema,
+    query_plan,
 )
 from recursa.core.strategies.plans.answer_steps import (  # noqa: F401  (named here for the probes)
     COUNT_MAX_TOKENS,
@@ -64,7 +65,6 @@ from recursa.core.strategies.plans.label_count import (  # noqa: F401
 from recursa.core.strategies.plans.pairs import Pairs  # noqa: F401
 from recursa.core.strategies.plans.repl import answers as repl_answers
 from recursa.core.strategies.plans.repl import source
-from recursa.core.strategies.plans.retrieve_read import RetrieveRead
 
 __all__ = ["KINDS", "PLAN", "PLAN_MODE", "describe", "parse", "plan_code", "plan_schema",
            "run_plan"]
@@ -172,9 +172,10 @@ def asks_aggregate(query: str) -> bool:
 
 def fits(plan: Any, query: str) -> Any:
     """`plan`, or in place of a labelling plan for a query that asks for no aggregate (no count,
-    most / least, comparison or pairs), a retrieval of the query itself."""
+    most / least, comparison or pairs), the plan that takes the query as it stands (a
+    retrieval of it)."""
     if kind_of(plan).aggregate and not asks_aggregate(query):
-        return RetrieveRead(plan="retrieve_read", question=query[:300], keywords=[])
+        return query_plan(query)
     return plan
 
 
@@ -182,17 +183,17 @@ def read_plan(text: str, query: str) -> Any:
     """The plan in the root's reply, fitted to the query. A labelling plan that is not even
     valid (one label for both sides: "combination" / "combination") for a query that asks for
     no aggregate is the same misreading `fits` corrects, so it becomes the retrieval too instead
-    of a fall-back to code. For a most / fewest query that lists its options, such a plan labels
-    every record with one of those (`query_choices`): its sides would not be used."""
+    of a fall-back to code; otherwise its kind may rebuild it from the query (`rescue`)."""
     try:
         return fits(parse(text), query)
     except ValueError:
         m = re.search(r'"plan"\s*:\s*"(' + "|".join(k for k in KINDS if KINDS[k].aggregate)
                       + ')"', text)
         if m and not asks_aggregate(query):
-            return RetrieveRead(plan="retrieve_read", question=query[:300], keywords=[])
-        if m and m.group(1) == "label_count" and (choices := query_choices(query)):
-            return LabelCount(plan="label_count", label=choices[-1], opposite=choices[0])
+            return query_plan(query)
+        rescue = KINDS[m.group(1)].rescue if m else None
+        if rescue is not None and (plan := rescue(query)) is not None:
+            return plan
         raise
 
 

@@ -35,6 +35,12 @@ def kind_of(plan: Any) -> PlanKind:
     return KINDS[plan.plan]
 
 
+def query_plan(query: str) -> Any:
+    """The plan that takes the query as it stands: the first kind that has one (`of_query`)."""
+    make = next(k.of_query for k in KINDS.values() if k.of_query is not None)
+    return make(query)
+
+
 def parse(text: str) -> Any:
     """The plan in the root's reply (ValueError when there is none)."""
     t = text.strip()

@@ -69,7 +69,11 @@ class PlanKind:
     results: the variables its code leaves for the root. noun: what a partial run did part of.
     sourced: it reads passages, which can be an answer's sources. aggregate: it labels every
     record, which only a query for an aggregate (a count, a most, pairs) needs.
-    answer(plan, query): the typed answer step after it, or None for the plain answer call."""
+    answer(plan, query): the typed answer step after it, or None for the plain answer call.
+    of_query(query): the plan of this kind that takes the query as it stands (the kind that has
+    one is what a labelling plan for a query asking no aggregate becomes). rescue(query): a
+    valid plan of this kind from the query alone, in place of an invalid one the root wrote of
+    this kind (None: the query gives none)."""
 
     name: str
     model: type[BaseModel]
@@ -81,3 +85,5 @@ class PlanKind:
     sourced: bool = False
     aggregate: bool = False
     answer: Callable[[Any, str], AnswerStep | None] | None = field(default=None)
+    of_query: Callable[[str], BaseModel] | None = None
+    rescue: Callable[[str], BaseModel | None] | None = None

@@ -231,9 +231,18 @@ def answer(plan: LabelCount, query: str) -> AnswerStep:
                       lambda cell: pa.scalar_answer(pa.last_value(cell)), {"count_choice": True})
 
 
+def rescue(query: str) -> LabelCount | None:
+    """For a most / fewest query that lists its options, an invalid labelling plan (one word
+    for both sides: "entry" / "entry") is still a plan: the records are labelled with the
+    query's options (`sides`), so the root's sides would not be used."""
+    choices = query_choices(query)
+    return LabelCount(plan="label_count", label=choices[-1], opposite=choices[0]) \
+        if choices else None
+
+
 KIND = PlanKind(
-    name="label_count", model=LabelCount, body=body, repl=(_plan_field, _plan_by_group,
-                                                           _plan_count),
+    name="label_count", model=LabelCount, body=body, rescue=rescue,
+    repl=(_plan_field, _plan_by_group, _plan_count),
     results=("records", "record_labels", "label_counts", "record_groups", "group_counts"),
     noun="records judged", aggregate=True, answer=answer,
     prompt='- {"plan": "label_count", "label": "...", "opposite": "...", "group_by": "..."}: '

@@ -22,8 +22,13 @@ def body(plan: RetrieveRead, dry: bool, query: str) -> Body:
                 "plan_answers")
 
 
+def of_query(query: str) -> RetrieveRead:
+    """A retrieval of the query itself."""
+    return RetrieveRead(plan="retrieve_read", question=query[:300], keywords=[])
+
+
 KIND = PlanKind(
-    name="retrieve_read", model=RetrieveRead, body=body, sourced=True,
+    name="retrieve_read", model=RetrieveRead, body=body, sourced=True, of_query=of_query,
     results=("plan_answers", "plan_read"),
     prompt='- {"plan": "retrieve_read", "question": "...", "keywords": [...]}: find the pieces of '
     "the context that answer `question` (a full question, in the query's words) and read them. "
