@@ -419,6 +419,25 @@ def test_inert_keeps_newlines_and_tabs_and_shows_every_other_control():
     assert inert("a\tb\nc\x1b[31m\x9b\x7f") == "a\tb\nc\\x1b[31m\\x9b\\x7f"
 
 
+def test_notices_on_stderr_show_escape_sequences_as_text(capsys):
+    """`run`'s notes and errors may quote a provider's reply or a model's text: as rich text
+    they are inert, as JSON lines they are JSON (which escapes them)."""
+    from recursa.frontend.console import Notices
+    evil = "x\x1b]52;c;ZXZpbA==\x07\x9b2Ky"
+    for jsonl in (False, True):
+        notes = Notices(jsonl=jsonl, quiet=False)
+        notes.info(f"i {evil}")
+        notes.warn(f"w {evil}")
+        notes.error(f"run failed: {evil}")
+        notes.close()
+        err = capsys.readouterr().err
+        assert "\x1b" not in err and "\x07" not in err and "\x9b" not in err, (jsonl, err)
+        if jsonl:
+            assert [json.loads(x)["message"][-len(evil):] for x in err.splitlines()] == [evil] * 3
+        else:
+            assert err.count("x\\x1b]52;c;ZXZpbA==\\x07\\x9b2Ky") == 3, err
+
+
 def test_inert_json_escapes_del_and_c1_and_keeps_the_value():
     from recursa.obs.terminal import inert_json
     value = {"k\x85": ["caf\u00e9 \x9b1m", "\\\x9b", "\x1b\x7f\xa0"]}
