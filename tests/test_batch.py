@@ -378,3 +378,37 @@ def test_leaving_iter_batch_early_cancels_the_rest() -> None:
         break
     assert time.monotonic() - t0 < 5
     assert calls[0] < 10          # the other items never ran
+
+
+def test_a_local_ray_started_with_auth_off_is_warned_about(monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture):
+    """A Ray instance the executor starts listens on every interface; with RAY_AUTH_MODE turning
+    its token authentication off, the user is told. Not when auth is on, nor when joining a
+    cluster the user started (--address). A stand-in `ray` module: no Ray starts."""
+    import types
+
+    from recursa.core.batch.executors import RayExecutor
+    started: list[str | None] = []
+    ray = types.ModuleType("ray")
+    ray.is_initialized = lambda: False                                # type: ignore[attr-defined]
+    ray.init = lambda address=None, **kw: started.append(address)    # type: ignore[attr-defined]
+    ray.shutdown = lambda: None                                       # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ray", ray)
+
+    def warnings(mode: str | None, address: str | None = None) -> list[str]:
+        if mode is None:
+            monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+        else:
+            monkeypatch.setenv("RAY_AUTH_MODE", mode)
+        caplog.clear()
+        ex = RayExecutor(address, fn=dict, on_error=lambda spec, msg: {})
+        with caplog.at_level("WARNING", logger="recursa.batch"), ex.connected():
+            pass
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+    said = warnings("disabled")
+    assert len(said) == 1 and "RAY_AUTH_MODE=disabled" in said[0], said
+    assert "every network interface" in said[0] and "--address" in said[0]
+    assert warnings(None) == [] and warnings("token") == [] and warnings(" Token ") == []
+    assert warnings("disabled", address="ray://head:10001") == []    # the user's own cluster
+    assert started == [None] * 4 + ["ray://head:10001"]

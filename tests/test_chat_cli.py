@@ -87,3 +87,23 @@ def test_chat_refuses_a_missing_context(tmp_path: Path):
                        input=b"", capture_output=True, timeout=60)
     assert p.returncode == 2
     assert "that file or directory does not exist" in " ".join(p.stderr.decode().split())
+
+
+def test_chat_shows_a_models_escape_sequences_as_text(tmp_path: Path):
+    """An answer holding an OSC 52 clipboard write, cursor moves and a one-byte CSI (U+009B)
+    is printed, and listed by /history, as visible text."""
+    import json
+    ctx = tmp_path / "doc.txt"
+    ctx.write_text("some document\n")
+    evil = "ok\x1b]52;c;ZXZpbA==\x07\x1b[2A\x9b2Kdone"
+    model = tmp_path / "script.json"
+    model.write_text(json.dumps([repl(f"FINAL({evil!r})")] * 2))
+    p = subprocess.run(BIN + ["chat", "--context", str(ctx), "--model", f"replay-file:{model}",
+                              "--sandbox", "inprocess", "--trace", str(tmp_path / "t.jsonl")],
+                       input=b"what is it?\n/history\n/quit\n", capture_output=True, timeout=60)
+    out = p.stdout.decode()
+    assert p.returncode == 0, p.stderr.decode()
+    shown = "ok\\x1b]52;c;ZXZpbA==\\x07\\x1b[2A\\x9b2Kdone"
+    assert out.splitlines()[0] == shown, out
+    assert f"-> {shown}" in out                                      # /history
+    assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out

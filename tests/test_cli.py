@@ -354,38 +354,96 @@ def test_without_a_terminal_a_long_run_prints_a_status_line_every_few_seconds(tm
     assert len(beats) >= 1, p.stderr.decode()     # a heartbeat while the cell ran
 
 
-def test_an_answer_with_escape_sequences_prints_inert_on_a_terminal(tmp_path: Path):
-    """A model's answer with an OSC 52 clipboard write and cursor moves reaches a terminal as
-    visible text; --raw (or a pipe) keeps its characters."""
+def on_a_terminal(args: list[str], stdin: bytes) -> tuple[int, str, str]:
+    """`recursa ARGS` with stdout a pseudo-terminal, as a user's is: (status, stdout, stderr)."""
     import pty
+    main_fd, sub_fd = pty.openpty()
+    p = subprocess.run(BIN + args, input=stdin, stdout=sub_fd, stderr=subprocess.PIPE,
+                       timeout=60)
+    os.close(sub_fd)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(main_fd)
+    return p.returncode, out.decode().replace("\r\n", "\n").strip(), p.stderr.decode()
+
+
+def test_an_answer_with_escape_sequences_prints_inert_on_a_terminal(tmp_path: Path):
+    """A model's answer, and an unfound quote of `--sources`, with an OSC 52 clipboard write
+    and cursor moves reach a terminal as visible text; --raw (or a pipe) keeps its characters."""
     evil = "ok\x1b]52;c;ZXZpbA==\x07\x1b[2A\x1b[2Kdone"
-    model = script(tmp_path, [f"```repl\nFINAL({evil!r})\n```"] * 2)
-    for raw, want in ((False, "ok\\x1b]52;c;ZXZpbA==\\x07\\x1b[2A\\x1b[2Kdone"), (True, evil)):
-        main_fd, sub_fd = pty.openpty()     # stdout a terminal, as a user's is
-        p = subprocess.run(BIN + ["run", "q", "--context", "-", "--model", model, "-q",
-                                  *(["--raw"] if raw else [])],
-                           input=b"x", stdout=sub_fd, stderr=subprocess.PIPE, timeout=60)
-        os.close(sub_fd)
-        out = b""
-        while True:
-            try:
-                chunk = os.read(main_fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
-        os.close(main_fd)
-        assert p.returncode == 0, p.stderr.decode()
-        text = out.decode().replace("\r\n", "\n").strip()
-        assert text == want, (raw, text)
-    piped = run(["run", "q", "--context", "-", "--model", model, "-q"], stdin=b"x")
+    shown = "ok\\x1b]52;c;ZXZpbA==\\x07\\x1b[2A\\x1b[2Kdone"
+    model = script(tmp_path, [f"```repl\nFINAL({evil!r}, sources=[{evil!r}])\n```"] * 2)
+    quote = "Sources:\n[1] NOT FOUND in the context\n    "
+    for raw, want in ((False, shown), (True, evil)):
+        status, text, err = on_a_terminal(
+            ["run", "q", "--context", "-", "--model", model, "-q", "--sandbox", "inprocess",
+             "--sources", *(["--raw"] if raw else [])], stdin=b"x")
+        assert status == 0, err
+        assert text == f"{want}\n\n{quote}{want}", (raw, text)
+    piped = run(["run", "q", "--context", "-", "--model", model, "-q", "--sandbox", "inprocess"],
+                stdin=b"x")
     assert piped.stdout.decode().strip() == evil       # a pipe gets what the model wrote
+
+
+def test_json_on_a_terminal_escapes_c1_controls_and_keeps_the_value(tmp_path: Path):
+    """U+009B is a whole CSI to some terminals and JSON leaves it raw: `--json` and `--schema`
+    write it (and DEL) as a \\u escape on a terminal, the same JSON value."""
+    answer = "a\x9b2Ab\x7f"
+    model = script(tmp_path, [f"```repl\nFINAL({answer!r})\n```"] * 2)
+    status, text, err = on_a_terminal(["run", "q", "--context", "-", "--model", model, "-q",
+                                       "--sandbox", "inprocess", "--json"], stdin=b"x")
+    assert status == 0, err
+    assert "\x9b" not in text and "\x7f" not in text and "a\\u009b2Ab\\u007f" in text
+    assert json.loads(text)["answer"] == answer
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"n": {"type": "string"}}}))
+    content = json.dumps({"n": answer})
+    model = script(tmp_path, [f"```repl\nanswer['content'] = {content!r}\n"
+                              "answer['ready'] = True\n```"] * 2)
+    status, text, err = on_a_terminal(["run", "q", "--context", "-", "--model", model, "-q",
+                                       "--sandbox", "inprocess", "--schema", str(schema)],
+                                      stdin=b"x")
+    assert status == 0, err
+    assert text == '{"n": "a\\u009b2Ab\\u007f"}' and json.loads(text) == {"n": answer}
 
 
 def test_inert_keeps_newlines_and_tabs_and_shows_every_other_control():
     from recursa.obs.terminal import inert
     assert inert("a\tb\nc\x1b[31m\x9b\x7f") == "a\tb\nc\\x1b[31m\\x9b\\x7f"
+
+
+def test_notices_on_stderr_show_escape_sequences_as_text(capsys):
+    """`run`'s notes and errors may quote a provider's reply or a model's text: as rich text
+    they are inert, as JSON lines they are JSON (which escapes them)."""
+    from recursa.frontend.console import Notices
+    evil = "x\x1b]52;c;ZXZpbA==\x07\x9b2Ky"
+    for jsonl in (False, True):
+        notes = Notices(jsonl=jsonl, quiet=False)
+        notes.info(f"i {evil}")
+        notes.warn(f"w {evil}")
+        notes.error(f"run failed: {evil}")
+        notes.close()
+        err = capsys.readouterr().err
+        assert "\x1b" not in err and "\x07" not in err and "\x9b" not in err, (jsonl, err)
+        if jsonl:
+            assert [json.loads(x)["message"][-len(evil):] for x in err.splitlines()] == [evil] * 3
+        else:
+            assert err.count("x\\x1b]52;c;ZXZpbA==\\x07\\x9b2Ky") == 3, err
+
+
+def test_inert_json_escapes_del_and_c1_and_keeps_the_value():
+    from recursa.obs.terminal import inert_json
+    value = {"k\x85": ["caf\u00e9 \x9b1m", "\\\x9b", "\x1b\x7f\xa0"]}
+    text = inert_json(json.dumps(value, ensure_ascii=False))
+    assert json.loads(text) == value and not any("\x7f" <= c <= "\x9f" for c in text)
+    assert "caf\u00e9" in text        # other characters stay readable
 
 
 # ---------------------------------------------------------------- --cache and the question

@@ -352,6 +352,35 @@ def test_console_view_shows_the_code_being_written():
         view.close()
 
 
+def test_console_view_shows_a_models_escape_sequences_as_text():
+    """A reply being written and a turn's error line that hold an OSC 52 clipboard write, a
+    cursor move and a one-byte CSI (U+009B): the live region and the printed lines show them as
+    visible text, on a terminal and off one (rich keeps ESC; only BEL and a few are dropped)."""
+    from rich.console import Console
+    evil = "x\x1b]52;c;ZXZpbA==\x07\x1b[2A\x9b2Ky"
+    shown = "x\\x1b]52;c;ZXZpbA==\\x07\\x1b[2A\\x9b2Ky"
+    for terminal in (True, False):
+        out = io.StringIO()
+        view = ConsoleView(Console(file=out, force_terminal=terminal, width=200),
+                           heartbeat_s=None)
+        try:
+            view.emit(Event(kind="turn", id="t1", phase="start", data={"turn": 1}))
+            view.emit(Event(kind="turn", id="t1", phase="delta",
+                            data={"text": f"I found {evil}\n", "offset": 0}))
+            if terminal:     # the reply as it is written: only a live display shows it
+                region = view.render_plain()
+                assert shown in region and "\x1b]52" not in region and "\x9b" not in region
+            view.emit(Event(kind="turn", id="t1", phase="end",
+                            data={"blocks": 1, "error": f"NameError: {evil}"}))
+        finally:
+            view.close()
+        printed = out.getvalue()
+        assert f"error: NameError: {shown}" in printed, (terminal, printed)
+        assert "\x1b]52" not in printed and "\x07" not in printed and "\x9b" not in printed
+        if not terminal:
+            assert "\x1b" not in printed       # off a terminal nothing writes an escape
+
+
 def test_stream_cut_is_a_model_error():
     e = StreamCut("model 'm' at http://x", 12, "no finish_reason")
     assert isinstance(e, ModelError) and e.chars == 12 and "12 characters" in str(e)

@@ -139,7 +139,7 @@ def _repl(session: Any, out: Console, err: Console, limits: dict[str, Any]) -> i
             continue
         except RecursaError as e:
             view.close()
-            err.print(f"[red]error:[/] {escape(str(e))}")
+            err.print(f"[red]error:[/] {escape(inert(str(e)))}")
             if session.closed:
                 return 1
             continue
@@ -150,7 +150,8 @@ def _repl(session: Any, out: Console, err: Console, limits: dict[str, Any]) -> i
         note = f"  stopped at {res.limit}" if res.limit else \
             f"  error: {res.error}" if res.status == "error" else ""
         err.print(f"[dim]{res.status}  turns {res.turns}  sub-calls {res.subcalls}  tokens "
-                  f"{tokens:,}  {money(res.cost_usd)}  {res.elapsed_s:.1f}s{escape(note)}[/]")
+                  f"{tokens:,}  {money(res.cost_usd)}  {res.elapsed_s:.1f}s"
+                  f"{escape(inert(note))}[/]")
     err.print(f"[dim]{escape(session.summary())}[/]")
     return 0
 

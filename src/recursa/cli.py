@@ -95,14 +95,15 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         if view:
             view.close()
     if a.json:
-        print(res.model_dump_json(indent=1))
+        print(answer_for_stdout(res.model_dump_json(indent=1), raw=a.raw, as_json=True))
     elif output is not None and res.parsed is not None:
-        print(json.dumps(res.parsed, ensure_ascii=False))
+        parsed = json.dumps(res.parsed, ensure_ascii=False)
+        print(answer_for_stdout(parsed, raw=a.raw, as_json=True))
     else:
         print(answer_for_stdout(res.answer, raw=a.raw))
     from recursa.core import sources
-    if a.sources and not a.json:
-        print("\n" + sources.render(res.sources))
+    if a.sources and not a.json:     # the quotes are model-written too
+        print(answer_for_stdout("\n" + sources.render(res.sources), raw=a.raw))
     if sources.warning(res.sources):
         notes.warn(f"warning: {sources.warning(res.sources)}")
     if not a.quiet and a.events != "jsonl":
@@ -124,13 +125,14 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
     return EXIT_CODES.get(res.status, EXIT_ERROR)
 
 
-def answer_for_stdout(answer: str, *, raw: bool = False) -> str:
-    """The answer as `run` prints it: to a terminal, with control characters made inert (a
-    model's escape sequences must not act on it); `--raw`, or a pipe, gets it as it is."""
+def answer_for_stdout(answer: str, *, raw: bool = False, as_json: bool = False) -> str:
+    """The answer (its sources, or `as_json`: JSON text) as `run` prints it: to a terminal, with
+    control characters made inert (a model's escape sequences must not act on it; JSON keeps
+    its value, as `\\u` escapes); `--raw`, or a pipe, gets it as it is."""
     if raw or not sys.stdout.isatty():
         return answer
-    from recursa.obs.terminal import inert
-    return inert(answer)
+    from recursa.obs.terminal import inert, inert_json
+    return inert_json(answer) if as_json else inert(answer)
 
 
 def limit_line(res: Any) -> str:
@@ -287,7 +289,8 @@ def register(sub: Any) -> None:
                    help="print the full Result as JSON on stdout instead of the answer")
     r.add_argument("--raw", action="store_true",
                    help="print the answer's characters as they are, control characters "
-                   "included (by default they are shown as \\xNN on a terminal)")
+                   "included (by default they are shown as \\xNN on a terminal; the same for "
+                   "--sources, and --json / --schema escape them as \\u00NN)")
     r.add_argument("--sources", action="store_true",
                    help="ask the model for the passages its answer rests on, check them "
                    "against the context and print them after the answer")

@@ -10,6 +10,8 @@ import functools
 import json
 import sys
 
+from recursa.obs.terminal import inert
+
 # mypy reads this constant as typing's; at run time typing and logging are not imported for it
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,7 +37,8 @@ def escape(text: str) -> str:
 
 class Notices:
     """Everything `run` says on stderr besides the event view, in the chosen shape: rich text,
-    JSON lines (--events jsonl: stderr stays pure JSON), or nothing but errors (-q)."""
+    JSON lines (--events jsonl: stderr stays pure JSON), or nothing but errors (-q). Rich text
+    is made inert: an error may quote a provider's reply or a model's text."""
 
     def __init__(self, *, jsonl: bool, quiet: bool):
         self.jsonl, self.quiet = jsonl, quiet
@@ -61,19 +64,19 @@ class Notices:
         if self.jsonl:
             self._json("notice", message=message)
         elif not self.quiet:
-            stderr_console().print(f"[dim]{escape(message)}[/]")
+            stderr_console().print(f"[dim]{escape(inert(message))}[/]")
 
     def warn(self, message: str) -> None:
         if self.jsonl:
             self._json("notice", level="warning", message=message)
         elif not self.quiet:
-            stderr_console().print(f"[yellow]{escape(message)}[/]")
+            stderr_console().print(f"[yellow]{escape(inert(message))}[/]")
 
     def error(self, message: str) -> None:
         if self.jsonl:
             self._json("error", message=message)
         else:
-            stderr_console().print(f"[red]error:[/] {escape(message)}")
+            stderr_console().print(f"[red]error:[/] {escape(inert(message))}")
 
 
 def _json_log_formatter() -> logging.Formatter:
