@@ -73,7 +73,8 @@ class Kit:
         the provider's SDK takes only those (the `anthropic` SDK says so, naming it)."""
         p = provider(self.prefix)
         if p is None:
-            raise ValueError(f"no provider is registered for the prefix {self.prefix!r}")
+            raise ValueError(f"no provider is registered for the prefix {self.prefix!r} "
+                             "(is the plugin that adds it installed?)")
         options.setdefault("retry_base_delay", 0.001)
         for http in self.fake.http_clients():
             try:
