@@ -31,8 +31,12 @@ LOWER: dict[str, set[str]] = {
     # registry); every front end may import it, it imports no front end
     "recursa.frontend": {"recursa.base", "recursa.obs", "recursa.models", "recursa.sandbox",
                          "recursa.documents", "recursa.core"},
+    # the provider conformance kit a plugin's tests run (pytest inside): beside the floor,
+    # and imported by no module of recursa (test_nothing_in_recursa_imports_the_testing_kit)
+    "recursa.testing": {"recursa.base", "recursa.models", "recursa.core"},
 }
 FLOOR = "recursa.frontend"
+TESTING = "recursa.testing"
 # where one front end may import another: `python -m recursa` runs the command, and the demos
 # are cases of the bench's task families. Anything else two front ends share lives in the
 # floor (the environments reach the task families through its registry).
@@ -139,6 +143,14 @@ def test_front_ends_share_through_the_floor_not_sideways() -> None:
                 bad.append(f"{module} -> {target}")
     assert not bad, "front ends importing each other (move what they share into " \
         f"{FLOOR}, docs/architecture.md):\n" + "\n".join(bad)
+
+
+def test_nothing_in_recursa_imports_the_testing_kit() -> None:
+    """recursa.testing (which imports pytest) is for tests only: no module outside it names it,
+    so neither `import recursa` nor any command loads pytest."""
+    bad = [f"{module} -> {target}" for module, targets in graph(strings=True).items()
+           if unit(module) != TESTING for target in sorted(targets) if unit(target) == TESTING]
+    assert not bad, f"modules importing {TESTING} (tests only):\n" + "\n".join(bad)
 
 
 def test_the_retired_old_paths_are_gone() -> None:
