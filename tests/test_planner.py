@@ -728,21 +728,25 @@ def test_the_options_a_most_query_lists_are_found(query, choices):
 def test_a_most_query_over_listed_options_labels_every_record_with_one_of_them(sides, op,
                                                                              answer):
     """The root named two of the three options (or one word twice) as its sides; the leaves
-    are asked all three, and the most is computed over all the records (no groups)."""
+    are asked all three and "other" (first), and the most is computed over all the records (no
+    groups) among the options only."""
     records = "\n".join(f"Entry {i}: " + ["a hammer for nails", "a ripe red apple",
                                           "a small songbird"][(i % 5 > 1) + (i % 5 > 2)]
                         for i in range(30))       # per 5: 2 tools, 1 fruit, 2 birds
     records += "\nEntry 30: a ripe red apple\nEntry 31: a small songbird"
+    # more records of none of the options than of any option: their side is never the answer
+    records += "".join(f"\nEntry {i}: a harbour town" for i in range(32, 52))
     root = scripted({"plan": "label_count", "label": sides[0], "opposite": sides[1]},
                     "FINAL('never reached')", answer="999", count=json.dumps({"op": op}))
 
     def sub(messages):
         item = leaf_item(messages[-1]["content"])
-        return "tools" if "hammer" in item else "fruits" if "apple" in item else "birds"
+        return "tools" if "hammer" in item else "fruits" if "apple" in item else \
+            "birds" if "songbird" in item else "other"
     query = (f"Which kind of thing do the {op.removeprefix('which_')} of these entries "
              "describe: tools, fruits or birds?")
     assert query_choices(query) == ["tools", "fruits", "birds"]
     res, sub_client = run(root, sub=sub, context=records, query=query)
     assert sub_client.calls[0][-1]["content"].startswith(
-        "Which fits the text better: tools, fruits or birds?")
+        "Which fits the text better: other, tools, fruits or birds?")
     assert (res.status, res.answer) == ("final", answer), res.answer

@@ -28,9 +28,10 @@ def _plan_count_answer(op: str, query: str, counted: str) -> Any:
     g = globals().get("group_counts") or {}
     if not g and op in ("which_most", "which_fewest"):
         # no groups: the labels the query names are what it compares ("which of red, green or
-        # blue ...": each record was labelled with one of them), counted over all the records
+        # blue ...": each record was labelled "other" or one of them), counted over all the
+        # records; "other" is the side for records of none, never an answer
         g = {x: {counted: label_counts[x]} for x in plan_labels
-             if re.search(r"(?<!\w)" + re.escape(x) + r"(?!\w)", query, re.I)}
+             if x != "other" and re.search(r"(?<!\w)" + re.escape(x) + r"(?!\w)", query, re.I)}
     hits = [(re.search(r"(?<!\w)" + re.escape(x) + r"(?!\w)", query, re.I), x) for x in g]
     named = [x for _, x in sorted((m.start(), x) for m, x in hits if m)]
     ranked = sorted(g, key=lambda x: -g[x][counted])
