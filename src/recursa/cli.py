@@ -112,6 +112,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         tokens = sum(u.usage.total_tokens for u in res.usage.values())
         stderr_console().print(f"[dim]status {res.status}  turns {res.turns}  sub-calls {res.subcalls}  "
                   f"tokens {tokens:,}  {money(res.cost_usd)}  {res.elapsed_s:.1f}s"
+                  + (f"  route {res.route}" if res.route == "direct" or a.route == "auto" else "")
                   + (f"  trace {escape(res.trace_path)}" if res.trace_path else "") + "[/]")
         if res.status == "limit":
             stderr_console().print(f"[yellow]{escape(limit_line(res))}[/]")
