@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 import os
 import stat
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
