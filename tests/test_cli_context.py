@@ -164,6 +164,10 @@ def test_two_paths_after_one_context_flag_say_to_repeat_it(tmp_path: Path):
         assert err.startswith("usage: recursa run"), err       # run's usage, not the top level
         want = f"--context {a} --context {b}" + (f" --context {d}" if str(d) in args else "")
         assert f"--context takes one path; repeat it: {want}" in err, err
+    p = run(["chat", "--context", str(a), str(b), "--model", model])       # chat the same
+    err = " ".join(p.stderr.decode().split())
+    assert p.returncode == 2 and err.startswith("usage: recursa chat"), err
+    assert f"repeat it: --context {a} --context {b}" in err
     # a leftover that is not a path stays argparse's own error
     p = run(["run", "What is X?", "--context", str(a), "stray-word", "--model", model])
     err = p.stderr.decode()
