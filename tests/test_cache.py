@@ -160,6 +160,33 @@ class _Fixed:
         pass
 
 
+def test_the_cli_names_its_own_flag_for_caching_sampled_replies(tmp_path: Path) -> None:
+    """`recursa run --cache` at the provider's temperature: the note names the flags that work
+    (--temperature 0, --cache-nondeterministic), not the library's argument; the flag caches."""
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"cycle": ["```repl\nFINAL('4')\n```"]}))
+    ctx = tmp_path / "c.txt"
+    ctx.write_text("two and two")
+    db = tmp_path / "c.sqlite"
+
+    def cli(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "recursa.cli", "run", "Sum?", "-c", str(ctx),
+                               "--model", f"replay-file:{script}", "--sandbox", "inprocess",
+                               *extra], capture_output=True, text=True, timeout=60)
+
+    p = cli(f"--cache={db}")
+    assert p.returncode == 0 and p.stdout.strip() == "4", p.stderr
+    err = " ".join(p.stderr.split())
+    assert "not cached" in err and "pass --cache-nondeterministic" in err, err
+    assert "--temperature 0" in err and "cache_nondeterministic=" not in err
+    assert len(ResponseCache(db)) == 0
+    p = cli(f"--cache={db}", "--cache-nondeterministic")
+    assert p.returncode == 0 and "not cached" not in p.stderr, p.stderr
+    assert len(ResponseCache(db)) == 1
+    p = cli("--cache-nondeterministic")
+    assert p.returncode == 2 and "give --cache too" in p.stderr
+
+
 def test_tool_calls_in_the_raw_reply_survive_the_cache(tmp_path: Path) -> None:
     raw = {"choices": [{"message": {"content": None, "tool_calls": [{
         "id": "c1", "type": "function",

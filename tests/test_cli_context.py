@@ -153,6 +153,28 @@ def test_no_context_names_the_flag_not_the_library_argument(tmp_path: Path):
     assert p.stdout == b""
 
 
+def test_two_paths_after_one_context_flag_say_to_repeat_it(tmp_path: Path):
+    a, b, d = files(tmp_path)
+    model = script(tmp_path, SHOW)
+    for args in (["--context", str(a), str(b), "What is X?"],       # b taken as the question
+                 ["What is X?", "--context", str(a), str(b), str(d)]):
+        p = run(["run", *args, "--model", model])
+        err = " ".join(p.stderr.decode().split())
+        assert p.returncode == 2 and p.stdout == b""
+        assert err.startswith("usage: recursa run"), err       # run's usage, not the top level
+        want = f"--context {a} --context {b}" + (f" --context {d}" if str(d) in args else "")
+        assert f"--context takes one path; repeat it: {want}" in err, err
+    p = run(["chat", "--context", str(a), str(b), "--model", model])       # chat the same
+    err = " ".join(p.stderr.decode().split())
+    assert p.returncode == 2 and err.startswith("usage: recursa chat"), err
+    assert f"repeat it: --context {a} --context {b}" in err
+    # a leftover that is not a path stays argparse's own error
+    p = run(["run", "What is X?", "--context", str(a), "stray-word", "--model", model])
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "unrecognized arguments: stray-word" in err
+    assert "repeat it" not in err
+
+
 def test_chat_takes_several_contexts_and_refuses_stdin_as_one(tmp_path: Path):
     a, b, _ = files(tmp_path)
     model = script(tmp_path, ["```repl\nFINAL(' '.join(sorted(context)))\n```"])

@@ -144,6 +144,34 @@ def test_options_reach_the_run(run_llm, tmp_path: Path) -> None:
     assert run.by_role["sub"].calls == 1     # answered from sub.json: -o sub_model reached it
 
 
+def test_mcp_tools_reach_the_repl(run_llm, tmp_path: Path) -> None:
+    """-o mcp: a real stdio MCP server (tests/mcp_sqlite_server.py) started by the run; the
+    root's code calls its allowed tool and answers from the rows; a missing file is an error."""
+    pytest.importorskip("mcp")
+    import sqlite3
+    db = tmp_path / "fruit.db"
+    with sqlite3.connect(db) as c:
+        c.execute("CREATE TABLE fruit (name TEXT, color TEXT)")
+        c.executemany("INSERT INTO fruit VALUES (?, ?)", [("banana", "yellow"), ("kiwi", "green")])
+    cfg = tmp_path / "mcp.json"
+    server = Path(__file__).with_name("mcp_sqlite_server.py")
+    cfg.write_text(json.dumps({"mcpServers": {"db": {
+        "command": sys.executable, "args": [str(server), str(db)], "allow": ["query"]}}}))
+    spec = script(tmp_path, "s.json", [
+        "```repl\nrows = mcp_db_query(\"SELECT name FROM fruit WHERE color = 'yellow'\")\n"
+        "FINAL(rows[0]['name'])\n```"])
+    doc = tmp_path / "d.txt"
+    doc.write_text("the fruit table is in the db")
+    base = ("-m", "recursa", "-o", "model", spec, "-o", "sandbox", "inprocess")
+    r = run_llm(*base, "-o", "mcp", str(cfg), "Which fruit is yellow?", "-f", str(doc))
+    assert r.stdout.strip() == "banana"
+    rj = json.loads(run_llm("logs", "-n", "1", "--json").stdout)[0]["response_json"]
+    assert rj["usage_by_model"]["mcp:db"]["calls"] == 1
+    r = run_llm(*base, "-o", "mcp", str(tmp_path / "none.json"), "Q?", "-f", str(doc),
+                check=False)
+    assert r.returncode != 0 and "none.json" in r.stderr and "No such file" in r.stderr
+
+
 def test_bad_requests_get_clear_errors(run_llm, tmp_path: Path) -> None:
     spec = script(tmp_path, "s.json", [DESCRIBE])
     r = run_llm("-m", "recursa", "-o", "model", spec, "-f", str(tmp_path / "s.json"),

@@ -60,7 +60,7 @@ def test_each_option_reaches_rlm_under_its_cli_name(tmp_path: Path, monkeypatch)
     plain = sent()
     assert {k: plain[k] for k in ("model", "sub_model", "tips")} == \
         {"model": "openai:big", "sub_model": "openai:big", "tips": None}
-    assert not {"strategy", "route", "sources", "prices", "sandbox"} & set(plain)  # RLM's defaults
+    assert not {"strategy", "route", "sources", "prices", "sandbox", "mcp_servers"} & set(plain)  # RLM's defaults
     cases = [({"strategy": "plan"}, {"strategy": "plan"}),
              ({"route": "auto", "route_threshold": 500}, {"route": "auto", "route_threshold": 500}),
              ({"sources": True}, {"sources": True}),
@@ -71,6 +71,7 @@ def test_each_option_reaches_rlm_under_its_cli_name(tmp_path: Path, monkeypatch)
              ({"max_cost": 0.5, "max_iterations": 3}, {"max_cost_usd": 0.5, "max_iterations": 3}),
              ({"sandbox": "inprocess", "trace": "t.jsonl"},
               {"sandbox": "inprocess", "trace_path": "t.jsonl"}),
+             ({"mcp": "mcp.json"}, {"mcp_servers": "mcp.json"}),
              ({"max_answer_tokens": 50}, {"model_options": {"max_tokens": 50},
                                           "sub_model_options": {"max_tokens": 50}})]
     for options, want in cases:

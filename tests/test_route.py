@@ -164,3 +164,24 @@ def test_cli_options_carry_the_route() -> None:
     assert "route" not in RLMOptions.from_args(p.parse_args([])).rlm_kwargs()
     with pytest.raises(SystemExit):
         p.parse_args(["--route", "fast"])
+
+
+def test_plain_run_says_which_path_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`recursa run --route auto` without --json: the end line on stderr names the path."""
+    from recursa.cli import main
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps({"cycle": ["```repl\nFINAL('loop')\n```"]}))
+    ctx = tmp_path / "c.txt"
+    ctx.write_text("a short note\n")
+    base = ["run", "What is it?", "-c", str(ctx), "--model", f"replay-file:{script}",
+            "--sandbox", "inprocess"]
+
+    def end_line(*extra: str) -> str:
+        assert main([*base, *extra]) == 0
+        lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("status ")]
+        assert len(lines) == 1
+        return lines[0]
+
+    assert "  route direct" in end_line("--route", "auto")
+    assert "  route rlm" in end_line("--route", "auto", "--route-threshold", "1")
+    assert "route" not in end_line()                  # not routed: nothing to say

@@ -6,8 +6,11 @@ and `keys` commands. Each test has its own XDG_CONFIG_HOME; no real model server
 from __future__ import annotations
 
 import io
+import json
 import os
 import stat
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -190,3 +193,63 @@ def test_keys_set_reads_stdin_and_nothing_ever_prints_a_key(home, monkeypatch, c
     assert "recursa reads no key for it" in capsys.readouterr().err
     assert main(["keys", "remove", "openai"]) == 0
     assert load().key_names == ()
+
+
+def scripted_models(home: Path) -> dict[str, str]:
+    """Two scripted models (replay-file:) saying which one answered; the settings file makes
+    one the default (through an alias) and names the other `other`."""
+    specs = {}
+    for name in ("default", "other"):
+        script = home / f"{name}.json"
+        script.write_text(json.dumps({"cycle": [f"```repl\nFINAL('from the {name} model')\n```"]}))
+        specs[name] = f"replay-file:{script}"
+    save(UserConfig(default_model="mine", aliases={"mine": specs["default"],
+                                                   "other": specs["other"]}))
+    return specs
+
+
+def test_models_list_marks_the_default_model_and_the_aliases(home, capsys):
+    save(UserConfig(default_model="tiny", aliases={"tiny": "local:smollm2-135m",
+                                                   "small": "local:smollm2-135m",
+                                                   "fast": "openai:gpt-5-mini"}))
+    assert main(["models", "list", "--timeout", "0.2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if line.startswith("smollm2-135m "))
+    assert row.endswith("(default; aliases: small, tiny)"), row
+    other = next(line for line in lines if line.startswith("qwen2.5-coder-1.5b "))
+    assert "default" not in other and "aliases" not in other
+    assert f"default model: local:smollm2-135m  (the default model set in {config_path()})" \
+        in lines
+    assert lines[-3:] == ["  fast = openai:gpt-5-mini", "  small = local:smollm2-135m",
+                          "  tiny = local:smollm2-135m"]
+
+
+def test_chat_uses_the_default_model_and_an_alias(home):
+    scripted_models(home)
+    ctx = home / "doc.txt"
+    ctx.write_text("some text")
+    env = {k: v for k, v in os.environ.items() if k != "RECURSA_MODEL"}
+    for extra, said in (([], "from the default model"), (["--model", "other"],
+                                                        "from the other model")):
+        p = subprocess.run([sys.executable, "-m", "recursa.cli", "chat", "--context", str(ctx),
+                            "--sandbox", "inprocess", *extra], input="Who answers?\n",
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.strip() == said, (p.stdout, p.stderr)
+
+
+def test_serve_uses_the_default_model_and_an_alias(home):
+    import httpx
+
+    from serve_process import recursa_serve
+    scripted_models(home)
+    for extra, said in (([], "from the default model"), (["--model", "other"],
+                                                        "from the other model")):
+        with recursa_serve(*extra, "--sandbox", "inprocess", "--api-key", "k",
+                           "--log-level", "warning") as (base, proc):
+            r = httpx.post(base + "/v1/chat/completions", timeout=60,
+                           headers={"authorization": "Bearer k"},
+                           json={"model": "recursa",
+                                 "messages": [{"role": "user", "content": "Who answers?"}]})
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["message"]["content"] == said

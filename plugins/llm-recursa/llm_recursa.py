@@ -5,6 +5,7 @@
     llm -m recursa "..." -f a.txt -f b.txt -o model anthropic:claude-sonnet-4-5 -o max_iterations 6
     llm -m recursa "..." -f big.log -o model openai:my-model -o base_url URL -o price 0.15/0.6 \
         -o max_cost 0.5 -o progress true -o sources true
+    llm -m recursa "Which customers ordered twice?" -f notes.md -o mcp mcp.json
 
 The documents given with `-f` (fragments) and `-a` (attachments with a path) are the RLM's
 `context`; the prompt is its question. One document is the context as it is; several are a dict
@@ -118,6 +119,9 @@ class RecursaModel(llm.Model):
                                       "and spend on stderr while the run works (default: when "
                                       "stderr is a terminal)")
         trace: str | None = Field(None, description="write the run's trace to this file")
+        mcp: str | None = Field(None, description="a JSON file of MCP servers ({\"mcpServers\": "
+                                "...}, with an allow-list each): the allowed tools become "
+                                "functions in the REPL, called by recursa (recursa run --mcp)")
 
         @field_validator("price")
         @classmethod
@@ -205,7 +209,8 @@ def root_spec(named: str | None) -> tuple[str, str]:
 
 def rlm_arguments(opts: Any, spec: str, system: str | None) -> dict[str, Any]:
     """RLM's keyword arguments for a prompt's options, named as `recursa run` names them
-    (recursa.frontend.options): limits, sandbox, strategy, route, sources, prices, trace, reply cap."""
+    (recursa.frontend.options): limits, sandbox, strategy, route, sources, prices, trace, reply
+    cap, MCP servers."""
     from recursa.models import resolve_model
     sub_spec = resolve_model(opts.sub_model)[0] if opts.sub_model else spec
     kw: dict[str, Any] = dict(
@@ -218,7 +223,7 @@ def rlm_arguments(opts: Any, spec: str, system: str | None) -> dict[str, Any]:
         max_cost_usd=opts.max_cost, max_seconds=opts.max_seconds,
         cell_timeout=opts.cell_timeout, sandbox=opts.sandbox, strategy=opts.strategy,
         route=opts.route, route_threshold=opts.route_threshold,
-        trace_path=opts.trace).items() if v is not None})
+        trace_path=opts.trace, mcp_servers=opts.mcp).items() if v is not None})
     if opts.sources:
         kw["sources"] = True
     if opts.price:

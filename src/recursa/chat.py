@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
                         "question (default 3600)")
     p.add_argument("--trace", help="write the trace here (default: a file in the recursa cache "
                                    "directory; /trace shows it)")
-    p.set_defaults(fn=cmd_chat)
+    p.set_defaults(fn=cmd_chat, command_parser=p)   # its usage line for main's errors
 
 
 def default_trace_dir() -> Path:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 
 # `--version` and `--help` import nothing they do not use (not even typing, logging, pathlib or
@@ -111,6 +113,7 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
         tokens = sum(u.usage.total_tokens for u in res.usage.values())
         stderr_console().print(f"[dim]status {res.status}  turns {res.turns}  sub-calls {res.subcalls}  "
                   f"tokens {tokens:,}  {money(res.cost_usd)}  {res.elapsed_s:.1f}s"
+                  + (f"  route {res.route}" if res.route == "direct" or a.route == "auto" else "")
                   + (f"  trace {escape(res.trace_path)}" if res.trace_path else "") + "[/]")
         if res.status == "limit":
             stderr_console().print(f"[yellow]{escape(limit_line(res))}[/]")
@@ -301,7 +304,8 @@ def register(sub: Any) -> None:
                    "sandbox (docs/tools.md)")
     from recursa.frontend.options import RLMOptions
     RLMOptions.add_to(r)
-    r.set_defaults(fn=cmd_run, preload=("recursa.core.rlm", "recursa.core.preflight"))
+    r.set_defaults(fn=cmd_run, preload=("recursa.core.rlm", "recursa.core.preflight"),
+                   command_parser=r)   # its usage line for main's errors
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -339,10 +343,31 @@ def _command_module(name: str) -> Any:
     return importlib.import_module(name)
 
 
+def context_hint(args: argparse.Namespace, extras: list[str]) -> str | None:
+    """`--context a.txt b.txt "Q?"` (as `llm -f` or a shell glob would have it): argparse takes
+    b.txt as the question and refuses "Q?". When --context was given and a leftover argument
+    (or the question it swallowed) is an existing path, say how to give several."""
+    contexts = getattr(args, "context", None)
+    if not isinstance(contexts, list) or not contexts:
+        return None
+    query = getattr(args, "query", None)
+    strays = [x for x in ([query] if isinstance(query, str) else []) + extras
+              if os.path.exists(x)]
+    if not strays:
+        return None
+    flags = " ".join(f"--context {shlex.quote(c)}" for c in [*contexts, *strays])
+    return f"--context takes one path; repeat it: {flags}"
+
+
 def main(argv: list[str] | None = None) -> int:
     entry = argv is None    # the process's entry point, which owns its imports (not a test's call)
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv).parse_args(argv)
+    parser = build_parser(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:   # what parse_args would refuse, with a hint for the commonest slip
+        hint = context_hint(args, extras)
+        where = getattr(args, "command_parser", None) or parser
+        where.error(hint or f"unrecognized arguments: {' '.join(extras)}")
     if entry:
         from recursa.frontend.lean_imports import command_imports
         command_imports(http=getattr(args, "uses_http", True),

@@ -30,16 +30,29 @@ def cmd_models_list(a: argparse.Namespace) -> int:
     import asyncio
 
     from recursa.models import fetch as fetch_mod
+    from recursa.models import resolve_model
     from recursa.models.registry import prefixes, provider
-    from recursa.models.userconfig import ConfigError, load
+    from recursa.models.userconfig import ConfigError, UserConfig, load
+    try:
+        cfg = load()
+        default, why = resolve_model(None)
+    except (ConfigError, ValueError) as e:
+        _note(str(e))
+        cfg, default, why = UserConfig(), None, ""
+    stored = cfg.key_names
+
+    def marks(spec: str) -> str:
+        """As `llm models` marks them: the default model, and the aliases naming a model."""
+        said = ["default"] if spec == default else []
+        names = sorted(n for n, s in cfg.aliases.items() if s == spec)
+        if names:
+            said.append("aliases: " + ", ".join(names))
+        return f"  ({'; '.join(said)})" if said else ""
+
     for name, entry in fetch_mod.REGISTRY.items():
         state = "fetched" if fetch_mod.model_path(name).exists() else "not fetched"
-        print(f"{name:24s} {state:12s} {getattr(entry, 'description', '')}")
-    try:
-        stored = load().key_names
-    except ConfigError as e:
-        _note(str(e))
-        stored = ()
+        print(f"{name:24s} {state:12s} {getattr(entry, 'description', '')}"
+              f"{marks('local:' + name)}")
     rows = [(prefix, p) for prefix in prefixes() if (p := provider(prefix)) is not None]
     listed = asyncio.run(_listings([p for _, p in rows if p.models_api], a.timeout))
     print("\nproviders (--model PREFIX:MODEL):")
@@ -53,7 +66,13 @@ def cmd_models_list(a: argparse.Namespace) -> int:
             if not found:
                 print(f"  {'':13s} (no models at {where})")
             for model in found:
-                print(f"  {'':15s}{prefix}:{model}")
+                print(f"  {'':15s}{prefix}:{model}{marks(f'{prefix}:{model}')}")
+    if default:
+        print(f"\ndefault model: {default}  ({why})")
+    if cfg.aliases:
+        print("aliases (--model NAME):")
+        for name, spec in sorted(cfg.aliases.items()):
+            print(f"  {name} = {spec}")
     return 0
 
 

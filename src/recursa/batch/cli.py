@@ -78,7 +78,7 @@ def register(sub: Any) -> None:
                    help="ray: times an item whose worker or node died is tried again")
     add_executor_options(b, what="items")
     RLMOptions.add_to(b, skip_aliases=("--concurrency",))
-    b.set_defaults(fn=cmd_batch)
+    b.set_defaults(fn=cmd_batch, command_parser=b)   # its usage line for main's errors
 
 
 def out_paths(out: str) -> tuple[Path, Path | None]:

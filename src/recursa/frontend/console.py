@@ -43,16 +43,19 @@ class Notices:
     def __init__(self, *, jsonl: bool, quiet: bool):
         self.jsonl, self.quiet = jsonl, quiet
         self._handler: logging.Handler | None = None
+        import logging
+        self._words = FlagWords()
+        logging.getLogger(FlagWords.LOGGER).addFilter(self._words)
         if jsonl:    # log warnings (no bwrap, ...) as JSON lines too
-            import logging
             self._handler = logging.StreamHandler(sys.stderr)
             self._handler.setFormatter(_json_log_formatter())
             self._handler.setLevel(logging.WARNING)
             logging.getLogger().addHandler(self._handler)
 
     def close(self) -> None:
+        import logging
+        logging.getLogger(FlagWords.LOGGER).removeFilter(self._words)
         if self._handler is not None:
-            import logging
             logging.getLogger().removeHandler(self._handler)
             self._handler = None
 
@@ -77,6 +80,25 @@ class Notices:
             self._json("error", message=message)
         else:
             stderr_console().print(f"[red]error:[/] {escape(inert(message))}")
+
+
+class FlagWords:
+    """A logging filter that says the library's advice in the command line's words: the
+    models layer's warnings name RLM arguments (`cache_nondeterministic=True`), which a CLI user
+    gives as flags. It rewrites a record's text only; it never drops one."""
+
+    LOGGER = "recursa.models"     # where the cache logs "not cached" (recursa.models.cache)
+    WORDS = (("pass cache_nondeterministic=True", "pass --cache-nondeterministic"),
+             ("temperature=0", "--temperature 0"))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        said = text
+        for library, flag in self.WORDS:
+            said = said.replace(library, flag)
+        if said != text:
+            record.msg, record.args = said, None
+        return True
 
 
 def _json_log_formatter() -> logging.Formatter:

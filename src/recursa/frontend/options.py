@@ -160,6 +160,9 @@ OPTIONS: tuple[Opt, ...] = (
     Opt("cache", ("--cache",), "cache model replies, in the default cache file or (written "
         "--cache=PATH) in PATH; off unless given",
         {"nargs": "?", "const": True, "metavar": "PATH"}),
+    Opt("cache_nondeterministic", ("--cache-nondeterministic",), "with --cache: cache sampled "
+        "replies too (by default only calls at --temperature 0 or with a seed are cached, as "
+        "a sampled reply is one draw of many)", {"action": "store_true", "default": None}),
 )
 _BY_DEST = {o.dest: o for o in OPTIONS}
 
@@ -190,6 +193,7 @@ class RLMOptions:
     n_ctx: int | None = None
     prices: list[tuple[str | None, float, float]] | None = None
     cache: bool | str | None = None
+    cache_nondeterministic: bool | None = None
     strategy: str = "auto"
     route: str = "rlm"
     route_threshold: int | None = None
@@ -305,6 +309,8 @@ class RLMOptions:
         """These options as the RLM's typed settings (recursa.core.config), validated there;
         a value left at None is left to the library's default (unset in the config)."""
         from recursa.core.config import RLMConfig
+        if self.cache_nondeterministic and not self.cache:
+            raise OptionError("--cache-nondeterministic says what --cache keeps: give --cache too")
         key, sub_key = self.api_keys()
         reply = self.model_options()
         return RLMConfig.build(     # RLM's keywords; None: not given
@@ -312,7 +318,8 @@ class RLMOptions:
             sub_base_url=self.sub_base_url, api_key=key, sub_api_key=sub_key,
             model_options=reply or None, sub_model_options=reply or None,
             client_options=self.client_options() or None, prices=self.price_table() or None,
-            cache=self.cache, concurrency=self.subcall_concurrency, sandbox=self.sandbox,
+            cache=self.cache, cache_nondeterministic=self.cache_nondeterministic,
+            concurrency=self.subcall_concurrency, sandbox=self.sandbox,
             max_output_chars=self.max_output_chars, strategy=self.strategy,
             route=None if self.route == "rlm" else self.route,
             route_threshold=self.route_threshold, **self.limits())

@@ -137,6 +137,11 @@ def kill_tree(pid: int, *, alive: bool = True, marker: str | None = None) -> Non
     the processes whose command line contains it are killed the same way instead: bwrap
     killed in its first milliseconds leaves its inner process orphaned (its parent-death signal
     was not set yet), out of reach by ancestry."""
+    if not hasattr(os, "killpg"):   # Windows: no groups or SIGSTOP; os.kill terminates one process
+        if alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+        return
     roots = [pid] if alive else []
     if not alive and marker:
         roots += [p for p in processes_with(marker) if p != pid and p != os.getpid()]
@@ -405,9 +410,10 @@ class SubprocessTransport(PipeTransport):
             return
         kill_tree(proc.pid, alive=proc.poll() is None, marker=self.marker)
         await self.wait_exit(10)
-        # The group may outlive its leader.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        # The group may outlive its leader (POSIX; Windows has no process groups to kill).
+        if hasattr(os, "killpg"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
         await self._disconnect()
         close_popen_pipes(proc)   # a start cut short before it took them
 

@@ -43,13 +43,15 @@ def compiled(engine: wasmtime.Engine, wasm: str) -> wasmtime.Module:
 
 def die_with_parent(parent: int) -> None:
     """If recursa's process dies (even by SIGKILL) while the guest computes, nobody would read
-    this process's output or stop it: the kernel kills it instead (Linux; elsewhere the guest
-    ends at its next read of the closed stdin)."""
+    this process's output or stop it: the kernel kills it instead. Linux only (prctl); elsewhere
+    this does nothing and the guest ends at its next read of the closed stdin."""
+    if not sys.platform.startswith("linux"):
+        return
     try:
         import ctypes
         import signal
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
+    except (OSError, AttributeError, TypeError):   # TypeError: CDLL(None) on Windows
         return
     if os.getppid() != parent:   # it died before the prctl
         os._exit(1)
