@@ -68,10 +68,12 @@ def run_upstream(a: argparse.Namespace) -> None:
 
 
 def run_recursa(a: argparse.Namespace) -> None:
+    from recursa.core.config import RLMConfig
     from recursa.models.openai_client import OpenAIClient
     from recursa.server.openai_app import ServerConfig, create_app, serve
     client = OpenAIClient("upstream-model", base_url=a.upstream, stream=a.stream == "on")
-    app = create_app(ServerConfig(model=client, sandbox="local", limits={"max_iterations": 4}))
+    app = create_app(ServerConfig(rlm=RLMConfig.build(model=client, sandbox="local",
+                                                      max_iterations=4)))
     serve(app, host="127.0.0.1", port=a.port, log_level="warning")
 
 

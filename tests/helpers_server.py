@@ -13,6 +13,7 @@ import openai
 import uvicorn
 
 from helpers_scripted import repl as code  # a root reply: one code block
+from recursa.core.config import RLMConfig
 from recursa.core.rlm import RLM
 from recursa.models.replay import ReplayClient
 from recursa.sandbox import make_sandbox
@@ -103,9 +104,13 @@ def make_server(scripted: Scripted, sandboxes: CountingSandboxes | None = None,
     boxes = sandboxes or CountingSandboxes()
 
     def factory(cfg: ServerConfig, spec: RunSpec) -> RLM:
-        return RLM(model=scripted.root, sub_model=scripted.sub, sandbox=boxes,
-                   on_event=spec.on_event, **cfg.limits)
+        hook = {"on_event": spec.on_event} if spec.on_event else {}
+        return RLM(config=cfg.rlm.replace(sub_model=scripted.sub, sandbox=boxes, **hook))
+    # RLM keywords (route, cell_timeout, ...) configure the runs, the rest the server
+    # (`api_key` is the key clients present to it)
+    rlm = RLMConfig.build(model=scripted.root, **{
+        k: config.pop(k) for k in list(config) if k in RLMConfig.KEYWORDS and k != "api_key"})
     config.setdefault("api_key", KEY)
     config.setdefault("sessions", 0)   # one sandbox per request here (test_server_sessions.py)
-    cfg = ServerConfig(model=scripted.root, rlm_factory=factory, **config)
+    cfg = ServerConfig(rlm=rlm, rlm_factory=factory, **config)
     return Server(create_app(cfg))

@@ -135,6 +135,35 @@ def test_record_baselines_apply_where_they_can_read_the_records() -> None:
     assert not applies("embed", "para_niah_mv")
 
 
+def test_which_record_baselines_run_follows_the_family_s_declared_record_kind() -> None:
+    # the decision reads the family's `record_kind`, not its name: a copy of judge_agg under
+    # another name gets judge_agg's baselines and answers, and with no declaration none
+    from recursa.bench.record_baselines import record_answer
+    from recursa.bench.tasks.judge_agg import JudgeAgg
+    from recursa.frontend.tasks import register_task, unregister_task
+
+    class Renamed(JudgeAgg):
+        name = "renamed_reviews"
+
+    class Undeclared(JudgeAgg):
+        name = "undeclared_reviews"
+        record_kind = None
+
+    register_task(Renamed)
+    register_task(Undeclared)
+    try:
+        assert applies("lexicon", "renamed_reviews") and applies("embed", "renamed_reviews")
+        assert not applies("classifier", "renamed_reviews")
+        assert not any(applies(b, "undeclared_reviews") for b in ("lexicon", "embed"))
+        inst = get_task("judge_agg").generate(1, 2048, split="dev")
+        same = inst.model_copy(update={"task": "renamed_reviews"})
+        assert record_answer("lexicon", same, same.context) == \
+            record_answer("lexicon", inst, inst.context)
+    finally:
+        unregister_task("renamed_reviews")
+        unregister_task("undeclared_reviews")
+
+
 def test_embed_names_the_code_of_the_sentence_nearest_the_question() -> None:
     from recursa.bench.lookup_baselines import nearest_code
     text = ("The harbour office opens its gate with 4471902. Lunch is served at noon. "

@@ -161,6 +161,16 @@ def test_what_cannot_map_is_refused_naming_the_equivalent(kw: dict[str, Any], na
     assert names in str(e.value)
 
 
+def test_an_unknown_environment_is_told_every_sandbox_kind() -> None:
+    from recursa.sandbox.kinds import kind_names
+    with pytest.raises(compat.UnsupportedOption) as e:
+        compat.RLM(backend_kwargs={"model_name": "m"}, environment="prime")
+    listed = str(e.value).split("recursa's sandboxes are ", 1)[1].split(": recursa_options")[0]
+    assert [k.removesuffix(" (not isolated)") for k in listed.split(", ")] == kind_names()
+    assert {k for k in listed.split(", ") if k.endswith(" (not isolated)")} == \
+        {f"{k} (not isolated)" for k in kind_names(isolates=False)}
+
+
 def test_options_map_onto_recursa() -> None:
     r = compat.RLM(backend="anthropic", backend_kwargs={"model_name": "claude-x",
                                                         "sampling_args": {"temperature": 0}},

@@ -6,6 +6,7 @@ the check compares the registry's names found in the span with those expected, b
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -18,9 +19,10 @@ from recursa.sandbox.kinds import REMOTE_KINDS, kind_names
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = kind_names()
 REMOTE = list(REMOTE_KINDS)
-# the kinds that do not isolate model code from your files and network (docs/security.md)
-UNISOLATED = ["limits", "inprocess"]
-ISOLATING = [k for k in KINDS if k not in UNISOLATED]
+# the kinds that do not isolate model code from your files and network (docs/security.md), as
+# their registry entries say
+UNISOLATED = kind_names(isolates=False)
+ISOLATING = kind_names(isolates=True)
 PROVIDER_NAMES = PROVIDERS.names()
 # scripted model replies for tests (docs/testing.md), not a provider one chooses
 SCRIPTED = ["replay", "replay-file"]
@@ -67,3 +69,21 @@ def test_a_docs_list_names_what_its_registry_holds(page: str, span: str, style: 
         + (f"misses {', '.join(missing)}" if missing else "")
         + ("; " if missing and extra else "")
         + (f"names {', '.join(extra)}, which does not belong there" if extra else ""))
+
+
+def test_the_cli_help_lists_come_from_their_registries() -> None:
+    # the parser reads recursa's own entries only (other packages' are not loaded to build it)
+    from recursa.cli import build_parser
+    from recursa.frontend.options import OPTIONS
+    from recursa.models.providers import BUILTIN as OWN_PROVIDERS
+    from recursa.sandbox.kinds import BUILTIN as OWN_KINDS
+    sandbox = next(o.help for o in OPTIONS if o.dest == "sandbox")
+    for k in OWN_KINDS:
+        assert f"{k.name} (" in sandbox and k.description in sandbox, k.name
+    parser = build_parser()
+    for name in ("keys", "set"):
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[name]
+    help_text = next(a.help for a in parser._actions if a.dest == "provider")
+    keyed = [p.prefix for p in OWN_PROVIDERS if p.key_env]
+    assert help_text is not None and help_text.startswith(", ".join(keyed) + ", ")

@@ -330,12 +330,13 @@ def test_cli_run_reads_a_pdf(files: dict[str, Path], tmp_path: Path):
 
 
 def test_server_reads_an_attached_pdf(files: dict[str, Path]):
+    from recursa.core.config import RLMConfig
     from recursa.server.openai_app import RequestError, ServerConfig, parse_chat
     data = base64.b64encode(files["pdf"].read_bytes()).decode()
     r = parse_chat({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "Summarise page 2"},
         {"type": "file", "file": {"filename": "report.pdf", "file_data": data}}]}]},
-        ServerConfig(model="replay:"))
+        ServerConfig(rlm=RLMConfig.build(model="replay:")))
     doc = r.context["report.pdf"]
     assert isinstance(doc, Document) and len(doc.pages) == 4
     cut = base64.b64encode(files["pdf"].read_bytes()[:500]).decode()
@@ -343,7 +344,7 @@ def test_server_reads_an_attached_pdf(files: dict[str, Path]):
         parse_chat({"messages": [{"role": "user", "content": [
             {"type": "text", "text": "q"},
             {"type": "file", "file": {"filename": "x.pdf", "file_data": cut}}]}]},
-            ServerConfig(model="replay:"))
+            ServerConfig(rlm=RLMConfig.build(model="replay:")))
 
 
 def test_search_indexes_a_documents_text(files: dict[str, Path], tmp_path: Path):

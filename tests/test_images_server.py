@@ -15,10 +15,11 @@ PIL = pytest.importorskip("PIL")
 from helpers_images import quadrants  # noqa: E402
 from helpers_server import Scripted, code, make_server  # noqa: E402
 from recursa.base.images import Image  # noqa: E402
+from recursa.core.config import RLMConfig  # noqa: E402
 from recursa.server.common import RequestError  # noqa: E402
 from recursa.server.openai_app import ServerConfig, parse_chat  # noqa: E402
 
-CFG = ServerConfig(model="replay:")
+CFG = ServerConfig(rlm=RLMConfig.build(model="replay:"))
 
 
 def data_url(data: bytes, media: str = "image/png") -> str:

@@ -38,6 +38,7 @@ from recursa.models.replay import ReplayClient
 from recursa.sandbox import LocalSandbox, make_sandbox
 from recursa.sandbox import uids as uids_mod
 from recursa.sandbox.isolation import IsolationUnavailable, unavailable_reason
+from recursa.sandbox.kinds import kind_names
 from recursa.sandbox.protocol import WORKER_PATH
 
 ROOT = os.geteuid() == 0
@@ -63,9 +64,12 @@ def test_the_local_sandbox_refuses_without_bubblewrap(monkeypatch):
         msg = str(e.value)
         assert "refuses to run model-written code without isolation" in msg
         assert MISSING in msg and "install bubblewrap" in msg and "apt install bubblewrap" in msg
-        # which sandboxes can work, and the unconfined one named for what it is
-        assert "sandbox='docker'" in msg and "'modal', 'e2b', 'daytona'" in msg
-        assert "--sandbox limits" in msg and "unconfined" in msg
+        # which sandboxes can work (every other kind in the registry), and the unconfined
+        # ones named for what they are
+        head, _, trusted = msg.partition("Only for code and data you trust")
+        assert all(f"--sandbox {k} " in head for k in kind_names(isolates=True) if k != "local")
+        assert all(f"--sandbox {k} " in trusted for k in kind_names(isolates=False))
+        assert "sandbox='docker'" in head and "unconfined" in trusted
     limits = make_sandbox("limits")
     assert isinstance(limits, LocalSandbox) and limits.mode == "limits"
     assert "not isolated" in limits.isolation

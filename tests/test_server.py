@@ -20,6 +20,7 @@ uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
 from helpers_server import KEY, CountingSandboxes, Scripted, Server, code, make_server  # noqa: E402
+from recursa.core.config import RLMConfig  # noqa: E402
 from recursa.core.rlm import RLM  # noqa: E402
 from recursa.server.openai_app import RunSpec, ServerConfig, create_app, parse_chat  # noqa: E402
 
@@ -42,7 +43,7 @@ def echo_context_root(messages: list[dict[str, Any]]) -> str:
 
 # ---------------------------------------------------------------- unit: request parsing
 def test_parse_chat_context_rules() -> None:
-    cfg = ServerConfig(model="replay:", limits={"max_iterations": 5, "max_cost_usd": 1.0})
+    cfg = ServerConfig(rlm=RLMConfig.build(model="replay:", max_iterations=5, max_cost_usd=1.0))
     one = parse_chat({"messages": [{"role": "user", "content": "What is 2+2?"}]}, cfg)
     assert one.query == "What is 2+2?" and one.context == "What is 2+2?"
 
@@ -145,7 +146,7 @@ CLIENT_SHAPES: list[tuple[str, list[dict[str, Any]]]] = [
 @pytest.mark.parametrize("name, messages", CLIENT_SHAPES, ids=[n for n, _ in CLIENT_SHAPES])
 def test_pasted_document_is_the_context_not_the_query(name: str,
                                                       messages: list[dict[str, Any]]) -> None:
-    r = parse_chat({"messages": messages}, ServerConfig(model="replay:"))
+    r = parse_chat({"messages": messages}, ServerConfig(rlm=RLMConfig.build(model="replay:")))
     asked = r.query.split("\n\nInstructions from")[0]
     assert asked.endswith(QUESTION) and len(asked) < 100, r.query   # the question, maybe an intro
     assert "ERROR" not in r.query
@@ -161,7 +162,7 @@ def test_pasted_document_is_the_context_not_the_query(name: str,
 
 
 def test_long_system_prompt_is_a_document_and_unsplittable_text_stays_whole() -> None:
-    cfg = ServerConfig(model="replay:")
+    cfg = ServerConfig(rlm=RLMConfig.build(model="replay:"))
     # `llm -s "$(cat app.log)" QUESTION`: the document is the system prompt.
     r = parse_chat({"messages": [{"role": "system", "content": LOG},
                                  {"role": "user", "content": QUESTION}]}, cfg)
@@ -202,7 +203,7 @@ def test_long_system_prompt_is_a_document_and_unsplittable_text_stays_whole() ->
 def test_parse_chat_rejects(body: dict[str, Any], needle: str) -> None:
     from recursa.server.common import RequestError
     with pytest.raises(RequestError, match=needle):
-        parse_chat(body, ServerConfig(model="replay:"))
+        parse_chat(body, ServerConfig(rlm=RLMConfig.build(model="replay:")))
 
 
 # ---------------------------------------------------------------- end to end
@@ -214,7 +215,7 @@ def boxes() -> CountingSandboxes:
 @pytest.fixture
 def server(boxes: CountingSandboxes) -> Iterator[Server]:
     with make_server(Scripted(echo_context_root), boxes,
-                     limits={"max_iterations": 4, "max_cost_usd": 5.0}) as srv:
+                     max_iterations=4, max_cost_usd=5.0) as srv:
         yield srv
 
 
@@ -433,7 +434,7 @@ def test_disconnect_kills_a_running_local_sandbox_cell() -> None:
     """With the isolated worker: a cell busy sleeping is ended with the run."""
     boxes = CountingSandboxes("local")
     root = Scripted(lambda m: code("import time\ntime.sleep(60)\nFINAL('late')"))
-    with make_server(root, boxes, limits={"cell_timeout": 120}) as srv:
+    with make_server(root, boxes, cell_timeout=120) as srv:
         with pytest.raises(openai.APITimeoutError):
             srv.client(timeout=2.0).chat.completions.create(
                 model="recursa", messages=[{"role": "user", "content": "q"}])
@@ -456,7 +457,7 @@ def test_failed_run_is_502() -> None:
 
 def test_limit_reached_is_finish_reason_length() -> None:
     with make_server(Scripted(lambda m: code("answer['content'] = 'partial'")),
-                     limits={"max_iterations": 1}) as srv:
+                     max_iterations=1) as srv:
         resp = srv.client().chat.completions.create(
             model="recursa", messages=[{"role": "user", "content": "q"}])
         assert resp.model_extra["recursa"]["status"] in ("extracted", "limit")
@@ -532,7 +533,7 @@ def test_serve_refuses_public_host_without_key(tmp_path: Any) -> None:
 def test_rlm_that_cannot_be_built_is_500_json() -> None:
     def factory(cfg: ServerConfig, spec: RunSpec) -> RLM:
         raise ValueError("model spec 'nope': no provider prefix")
-    app = create_app(ServerConfig(model="replay:", rlm_factory=factory))
+    app = create_app(ServerConfig(rlm=RLMConfig.build(model="replay:"), rlm_factory=factory))
     with Server(app) as srv:
         with pytest.raises(openai.InternalServerError) as e:
             srv.client().chat.completions.create(
@@ -560,8 +561,9 @@ def test_full_chain_through_a_real_upstream_http_model(monkeypatch: pytest.Monke
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-upstream-key-for-tests-0000")
     with OpenAITestServer(responder=upstream_model) as up:
-        cfg = ServerConfig(model="openai:test-model", base_url=up.base_url, sandbox="inprocess",
-                           api_key=KEY, limits={"max_iterations": 3})
+        cfg = ServerConfig(rlm=RLMConfig.build(model="openai:test-model", base_url=up.base_url,
+                                               sandbox="inprocess", max_iterations=3),
+                           api_key=KEY)
         with Server(create_app(cfg)) as srv:
             for _ in range(3):
                 resp = srv.client().chat.completions.create(

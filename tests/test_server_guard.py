@@ -217,8 +217,25 @@ def test_serve_refuses_an_unconfined_sandbox_on_a_non_loopback_address() -> None
     for kind in ("limits", "inprocess", "in-process"):
         assert unconfined_on_network(kind, "192.168.1.5", is_loopback=False)
         assert unconfined_on_network(kind, "127.0.0.1", is_loopback=True) is None
-    for kind in ("local", "docker", "modal"):
+    for kind in ("local", "docker", "modal", "wasm"):
         assert unconfined_on_network(kind, "0.0.0.0", is_loopback=False) is None
+
+
+def test_which_sandboxes_serve_beyond_loopback_is_what_their_kinds_declare() -> None:
+    from recursa.sandbox.kinds import KINDS, SandboxKind, kind_names, register_sandbox
+    register_sandbox(SandboxKind("bare-host", lambda **o: None, "runs as you",  # type: ignore
+                                 isolates=False))
+    register_sandbox(SandboxKind("walled", lambda **o: None, "a VM"))   # type: ignore
+    try:
+        msg = unconfined_on_network("bare-host", "192.168.1.5", is_loopback=False)
+        assert msg is not None and "does not isolate" in msg
+        assert unconfined_on_network("walled", "192.168.1.5", is_loopback=False) is None
+        # the way out names every kind that isolates, this process's own included
+        named = msg.split("isolating sandbox (", 1)[1].split(")", 1)[0].split(", ")
+        assert named == kind_names(isolates=True) and "wasm" in named and "walled" in named
+    finally:
+        KINDS.unregister("bare-host")
+        KINDS.unregister("walled")
 
 
 # ---------------------------------------------------------------- the policy

@@ -15,6 +15,7 @@ uvicorn = pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
 from recursa.core import prompts  # noqa: E402
+from recursa.core.config import RLMConfig  # noqa: E402
 from recursa.core.rlm import RLM  # noqa: E402
 from recursa.models.replay import ReplayClient  # noqa: E402
 from recursa.server.openai_app import RunSpec, ServerConfig, create_app  # noqa: E402
@@ -29,8 +30,9 @@ def served() -> Iterator[tuple[str, ReplayClient]]:
     root = ReplayClient(lambda m: COMMIT, name="replay:root")
 
     def factory(cfg: ServerConfig, spec: RunSpec) -> RLM:
-        return RLM(model=root, sandbox="inprocess", on_event=spec.on_event, **cfg.limits)
-    app = create_app(ServerConfig(model=root, rlm_factory=factory, sessions=0))
+        return RLM(config=cfg.rlm.replace(sandbox="inprocess", on_event=spec.on_event))
+    app = create_app(ServerConfig(rlm=RLMConfig.build(model=root), rlm_factory=factory,
+                                  sessions=0))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                                            lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)

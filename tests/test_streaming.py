@@ -391,12 +391,14 @@ def test_server_progress_shows_the_root_code_as_it_is_written():
     """openai client -> recursa server -> OpenAIClient (streaming) -> an upstream that streams
     slowly: the root's code reaches the client piece by piece, before the turn's summary line."""
     from helpers_server import KEY, Server
+    from recursa.core.config import RLMConfig
     from recursa.server.openai_app import ServerConfig, create_app
 
     with OpenAITestServer(responder=_script, stream_chunk_chars=4,
                           stream_chunk_delay=0.03) as up:
-        cfg = ServerConfig(model="openai:m", base_url=up.base_url, sandbox="inprocess",
-                           api_key=KEY, limits={"max_iterations": 3})
+        cfg = ServerConfig(rlm=RLMConfig.build(model="openai:m", base_url=up.base_url,
+                                               sandbox="inprocess", max_iterations=3),
+                           api_key=KEY)
         with Server(create_app(cfg)) as srv:
             chunks = list(srv.client().chat.completions.create(
                 model="recursa", messages=[{"role": "user", "content": "q"}],

@@ -242,6 +242,13 @@ def _env_note(prefix: str) -> str:
 
 
 # ------------------------------------------------------------------ the commands
+def _keyed_providers() -> str:
+    """PROVIDER's help: recursa's own providers that take a key (from recursa.models.providers;
+    other packages' are not read while building a parser)."""
+    from recursa.models.providers import BUILTIN
+    return f"{', '.join(p.prefix for p in BUILTIN if p.key_env)}, or an installed package's"
+
+
 def register(sub: Any) -> None:
     m = sub.add_parser("models", help="list models and providers, fetch a local model, or set "
                        "the default model")
@@ -278,7 +285,7 @@ def register(sub: Any) -> None:
                   ).set_defaults(fn=cmd_keys, uses_http=False)
     ky = ks.add_parser("set", help="store PROVIDER's key, read from stdin or a hidden prompt "
                        "(never from the command line)")
-    ky.add_argument("provider", metavar="PROVIDER", help="openai, anthropic, gemini, ...")
+    ky.add_argument("provider", metavar="PROVIDER", help=_keyed_providers())
     ky.set_defaults(fn=cmd_keys, uses_http=False)
     kr = ks.add_parser("remove", help="forget PROVIDER's stored key")
     kr.add_argument("provider", metavar="PROVIDER")

@@ -361,10 +361,10 @@ async def run_rlm(cfg: MethodConfig, inst: Instance, trace_path: str | None) -> 
         limits["max_subcalls"] = 0   # enforce "no sub-calls", not just ask for it
         system = NO_SUBCALL_SYSTEM
     try:
-        rlm = RLM(config=cfg.rlm_config(root, sub, trace_path).replace(**limits),
-                  system_prompt=system, strategy=cfg.strategy, example=cfg.worked_example,
-                  # a lookup in a document is answered with the passage it rests on, checked
-                  sources=inst.meta.get("question_type") == "lookup")
+        rlm = RLM(config=cfg.rlm_config(root, sub, trace_path).replace(
+            **limits, system_prompt=system, strategy=cfg.strategy, example=cfg.worked_example,
+            # a lookup in a document is answered with the passage it rests on, checked
+            sources=inst.meta.get("question_type") == "lookup"))
         return await rlm.acompletion(inst.query, inst.context)
     finally:
         await _close(root, sub)
@@ -467,10 +467,10 @@ async def run_codeact_bm25(cfg: MethodConfig, inst: Instance, trace_path: str | 
     root, sub = _make_clients(cfg)
     try:
         rlm = RLM(config=cfg.rlm_config(root, sub, trace_path).replace(
-                      max_depth=0,     # sub-calls are plain model calls
-                      sandbox=lambda: SearchSandbox(make_sandbox(cfg.sandbox), index)),
-                  system_prompt=CODEACT_SYSTEM if cfg.worked_example
-                  else without_worked_example(CODEACT_SYSTEM))
+            max_depth=0,     # sub-calls are plain model calls
+            sandbox=lambda: SearchSandbox(make_sandbox(cfg.sandbox), index),
+            system_prompt=CODEACT_SYSTEM if cfg.worked_example
+            else without_worked_example(CODEACT_SYSTEM)))
         note = NOTE_CONTEXT.format(n=len(passages), tokens=len(text) // CHARS_PER_TOKEN)
         return await rlm.acompletion(inst.query, note)
     finally:

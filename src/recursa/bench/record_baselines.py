@@ -31,9 +31,8 @@ from typing import Any
 
 from .lexicons import OTHER, keyword_kind
 from .realdata import records, split_of
-from .tasks.base import Instance
-from .tasks.doc_lookup import RealDocLookup
-from .tasks.real import KINDS, REAL_TASKS, SITE_CHOICES, records_in
+from .tasks.base import Instance, RecordKind
+from .tasks.real import KINDS, SITE_CHOICES, records_in
 
 LABEL_BASELINES = ("lexicon", "embed", "classifier")
 NEEDS_LABELS = ("classifier",)       # a reference: never counted as the "best baseline"
@@ -44,14 +43,16 @@ KIND_DESCRIPTIONS: dict[str, tuple[str, ...]] = {
     "noun.animal": ("an animal",), "noun.plant": ("a plant",),
     "noun.food": ("a food or a drink",), "noun.person": ("a person",),
     OTHER: ("an object or a tool", "a place", "an abstract idea")}
-REAL_NAMES = frozenset(t.name for t in REAL_TASKS)
-LOOKUP_NAMES = frozenset({RealDocLookup.name})
 
 
-# judge_agg's synthetic reviews (tasks/_reviews.py): the two baselines that need no labels label
-# each review complaint / praise as they label a real review negative / positive (issue 34's
-# audit: a sentiment word list does well there); the classifier has no labelled half to learn from
-JUDGED = frozenset({"judge_agg"})
+def record_kind(task: str) -> RecordKind | None:
+    """What the family called ``task`` declares its context holds for these baselines
+    (recursa.bench.tasks.base.RecordKind); None for a family that declares nothing."""
+    from recursa.frontend.tasks import get_task
+    try:
+        return getattr(get_task(task), "record_kind", None)
+    except KeyError:
+        return None
 
 
 def _one_code(task: str) -> bool:
@@ -64,14 +65,17 @@ def _one_code(task: str) -> bool:
 
 
 def applies(baseline: str, task: str) -> bool:
-    """Whether a record-labelling baseline can run on ``task``: the real-label families, and
-    (lexicon, embed) judge_agg; on lookups over a document and on a code among look-alikes,
-    embed as retrieval by meaning (recursa.bench.lookup_baselines)."""
+    """Whether a record-labelling baseline can run on ``task``, by what the family declares:
+    all three on labelled records; lexicon and embed on unlabelled reviews (a review's
+    complaint / praise labelled as a negative / positive one: issue 34's audit found a
+    sentiment word list does well there); on a document to look things up in and on a code
+    among look-alikes, embed as retrieval by meaning (recursa.bench.lookup_baselines)."""
     if baseline not in LABEL_BASELINES:
         return True
-    if task in LOOKUP_NAMES or _one_code(task):
+    kind = record_kind(task)
+    if kind == "document" or _one_code(task):
         return baseline == "embed"
-    return task in REAL_NAMES or (task in JUDGED and baseline not in NEEDS_LABELS)
+    return kind == "labelled" or (kind == "reviews" and baseline not in NEEDS_LABELS)
 
 
 # ---------------------------------------------------------------- labelling one record each
@@ -140,8 +144,9 @@ def _classify(snapshot: str, texts: list[str]) -> list[str]:
 
 # ---------------------------------------------------------------- aggregating
 def record_answer(baseline: str, inst: Instance, text: str) -> str:
-    """The baseline's answer to a real-label (or judge_agg) instance."""
-    if inst.task in JUDGED:
+    """The baseline's answer to an instance of labelled records or of reviews (what its family
+    declares as its `record_kind`)."""
+    if record_kind(inst.task) == "reviews":
         return judged_answer(baseline, inst, text)
     recs = records_in(text)
     labels = label_texts(baseline, inst.meta["snapshot"], [t for _, t in recs])

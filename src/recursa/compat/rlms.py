@@ -333,8 +333,11 @@ class RLM:
             raise _refuse("max_depth=0", "an RLM that is a plain model call; call the model "
                           "directly (recursa.models.make_client(spec).complete)")
         if environment not in _ENVIRONMENTS:
-            raise _refuse(f"environment={environment!r}", "recursa's sandboxes are local "
-                          "(isolated), limits, inprocess, docker, modal, e2b and daytona: "
+            from recursa.sandbox.kinds import kind_names
+            unisolated = set(kind_names(isolates=False))
+            kinds = ", ".join(k + (" (not isolated)" if k in unisolated else "")
+                              for k in kind_names())
+            raise _refuse(f"environment={environment!r}", f"recursa's sandboxes are {kinds}: "
                           "recursa_options={'sandbox': ...}")
         if environment_kwargs:
             raise _refuse("environment_kwargs", "recursa's sandboxes take their own options: "

@@ -142,9 +142,11 @@ async def _rlm_rollout(env: Env, inst: Any, ro: Rollout, variant: str, *,
                        base: RLMConfig | None = None, **limits: Any) -> tuple[str, Path | None]:
     from recursa.core.rlm import RLM
     tools = env.tools(inst)
-    rlm = RLM(config=base, model=model, sub_model=sub_model, sandbox=sandbox, tips=env.tips_for(variant),
-              sub_tools=tools or None, trace_dir=trace_dir, model_options=root_options,
-              sub_model_options=sub_options, **limits)
+    # the shared options' settings with the rollout's own models, sandbox, tools and limits
+    rlm = RLM(config=RLMConfig.build(
+        base, model=model, sub_model=sub_model, sandbox=sandbox, tips=env.tips_for(variant),
+        sub_tools=tools or None, trace_dir=trace_dir, model_options=root_options,
+        sub_model_options=sub_options, **limits))
     res = await rlm.acompletion(env.rlm_query(inst), env.rlm_context(inst))
     ro.answer, ro.status, ro.turns, ro.subcalls = res.answer, res.status, res.turns, res.subcalls
     ro.error = res.error

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from recursa.sandbox.kinds import BUILTIN as SANDBOX_KINDS
 from recursa.sandbox.kinds import BUILTIN_NAMES as SANDBOXES  # recursa's own kinds
 
 if TYPE_CHECKING:
@@ -94,6 +95,14 @@ def _sandbox_kind(text: str) -> str:
 
 
 _int1, _int0 = _number(int, 1), _number(int, 0)
+
+
+def _sandbox_help(default: str) -> str:
+    """--sandbox's help: recursa's own kinds as their registry entries describe them (other
+    packages' kinds are not read while building a parser)."""
+    kinds = ", ".join(f"{k.name} ({'default: ' if k.name == default else ''}{k.description})"
+                      for k in SANDBOX_KINDS)
+    return f"where model-written code runs: {kinds}, or a kind an installed package adds"
 _pos = _number(float, 0, above=True)
 
 OPTIONS: tuple[Opt, ...] = (
@@ -111,11 +120,8 @@ OPTIONS: tuple[Opt, ...] = (
         "(keys never go on the command line, where `ps` shows them)", {"metavar": "NAME"}),
     Opt("sub_api_key_env", ("--sub-api-key-env",), "environment variable holding the "
         "sub-model's key (default: as --api-key-env for one provider)", {"metavar": "NAME"}),
-    Opt("sandbox", ("--sandbox",), "where model-written code runs: local (default: a worker "
-        "process isolated by bubblewrap; refuses to start where that cannot work), limits (a "
-        "worker process with resource limits only, NOT isolated from your files and network), "
-        "inprocess (not isolated), wasm (CPython compiled to WebAssembly), docker, modal, e2b, "
-        "daytona, or a kind an installed package adds", {"type": _sandbox_kind, "default": "local", "metavar": "KIND"}),
+    Opt("sandbox", ("--sandbox",), _sandbox_help("local"),
+        {"type": _sandbox_kind, "default": "local", "metavar": "KIND"}),
     Opt("max_iterations", ("--max-iterations",), "root turns per RLM (default 30)",
         {"type": _int1, "metavar": "N"}),
     Opt("max_depth", ("--max-depth",), "depth of rlm_query; at the limit it is a plain model "

@@ -102,16 +102,23 @@ def _userns_fixes() -> list[str]:
 
 
 def _alternatives() -> str:
-    docker = ("a Docker engine is installed here" if shutil.which("docker")
-              else "needs a Docker engine")
-    return (f"Sandboxes that can work instead: sandbox='docker' / --sandbox docker ({docker}; "
-            f"isolated, no network by default), or a remote one: 'modal', 'e2b', 'daytona' "
-            f"(see docs/remote.md), or sandbox='wasm' / --sandbox wasm (CPython compiled to "
-            f"WebAssembly: no network, no files but its own; the standard library only, Python "
-            f"~9x slower; see docs/sandbox.md). Only for code and data you trust: "
-            f"sandbox='limits' / --sandbox limits runs the code unconfined, with resource limits and a clean "
-            f"environment only: your files, the network and your other processes stay in its "
-            f"reach")
+    """The other kinds, from the registry (recursa.sandbox.kinds): those that isolate, then,
+    for trusted code only, those that do not."""
+    from recursa.sandbox.kinds import kind_names, sandbox_kind
+
+    def way(name: str) -> str:
+        k = sandbox_kind(name)
+        what = k.description if k is not None and k.description else "an installed package's"
+        if name == "docker":
+            what += "; a Docker engine is installed here" if shutil.which("docker") \
+                else "; needs a Docker engine"
+        return f"sandbox={name!r} / --sandbox {name} ({what})"
+    isolating = [way(n) for n in kind_names(isolates=True) if n != "local"]
+    trusted = [way(n) for n in kind_names(isolates=False)]
+    return (f"Sandboxes that can work instead: {', '.join(isolating)} (docs/sandbox.md, "
+            f"docs/remote.md). Only for code and data you trust, since they run it unconfined "
+            f"(your files, the network and your other processes in its reach): "
+            f"{', '.join(trusted)}")
 
 
 def unavailable_reason(bwrap: str | None = None) -> str | None:

@@ -26,7 +26,10 @@ class SandboxKind(NamedTuple):
     """One kind of sandbox. `factory(**options)` builds it; `check(options)` (optional, may be
     async) lists what keeps it from starting here (a missing engine, SDK or credentials), for
     the checks before a run; `launcher` ("module:Class"): a remote kind's launcher (see
-    recursa.sandbox.remote); `aliases`: other names for it."""
+    recursa.sandbox.remote); `aliases`: other names for it; `isolates`: whether it keeps
+    model-written code from the user's files, network and processes (False: it runs as the
+    user, with resource limits at most, so the server refuses it beyond loopback). Front ends
+    list the kinds, and say which isolate, from these entries."""
 
     name: str
     factory: Callable[..., Sandbox]
@@ -34,6 +37,7 @@ class SandboxKind(NamedTuple):
     check: Check | None = None
     launcher: str | None = None
     aliases: tuple[str, ...] = ()
+    isolates: bool = True
 
 
 def _import(path: str) -> Any:
@@ -132,12 +136,14 @@ def _modal_credentials(options: Mapping[str, Any]) -> str | None:
 
 _REMOTE = "recursa.sandbox.remote"
 BUILTIN: tuple[SandboxKind, ...] = (
-    SandboxKind("local", _local, "a worker process isolated by bubblewrap", _check_local),
-    SandboxKind("limits", _limits, "a worker process with resource limits only (NOT isolated)"),
-    SandboxKind("inprocess", _inprocess, "this process (not isolated)",
-                aliases=("in-process", "in_process")),
-    SandboxKind("wasm", _wasm, "CPython compiled to WebAssembly (WASI) under wasmtime",
-                _check_wasm),
+    SandboxKind("local", _local, "a worker process isolated by bubblewrap; refuses to start "
+                "where that cannot work", _check_local),
+    SandboxKind("limits", _limits, "a worker process with resource limits only, NOT isolated "
+                "from your files and network", isolates=False),
+    SandboxKind("inprocess", _inprocess, "this process, not isolated",
+                aliases=("in-process", "in_process"), isolates=False),
+    SandboxKind("wasm", _wasm, "CPython compiled to WebAssembly, run by wasmtime: no network, "
+                "no files but its own", _check_wasm),
     SandboxKind("docker", _remote("docker"), "a Docker container", _check_docker,
                 launcher=f"{_REMOTE}.docker:DockerLauncher"),
     SandboxKind("modal", _remote("modal"), "a Modal sandbox",
@@ -179,9 +185,20 @@ def sandbox_kind(name: str) -> SandboxKind | None:
 _ALIASES = frozenset(a for k in BUILTIN for a in k.aliases)
 
 
-def kind_names() -> list[str]:
-    """Every kind's name (aliases left out): recursa's own, then other packages'."""
-    return [n for n in KINDS.names() if n not in _ALIASES]
+def kind_names(*, isolates: bool | None = None) -> list[str]:
+    """Every kind's name (aliases left out): recursa's own, then other packages'; with
+    `isolates`, only the kinds that isolate model-written code (True) or do not (False)."""
+    names = [n for n in KINDS.names() if n not in _ALIASES]
+    if isolates is None:
+        return names
+    return [n for n in names if (k := KINDS.get(n)) is not None and k.isolates is isolates]
+
+
+def kind_isolates(name: str) -> bool | None:
+    """Whether the kind called `name` (or an alias of it, any case) isolates model-written
+    code; None for an unknown name."""
+    k = sandbox_kind(name) or sandbox_kind(name.lower())
+    return None if k is None else k.isolates
 
 
 def launcher_for(kind: str, options: dict[str, Any]) -> Any:

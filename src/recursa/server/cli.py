@@ -71,50 +71,33 @@ def cmd_serve(a: argparse.Namespace) -> int:
     try:
         opts = RLMOptions.from_args(a).with_default_model(
             say=lambda m: err.print(f"[yellow]{m}[/]"))
-        limits = opts.limits()
-        limits.setdefault("max_seconds", DEFAULT_MAX_SECONDS)
         check_options(opts, say=lambda m: err.print(f"[dim]{m}[/]"))
-        rlm_config = opts.config()   # keys read once, from the variables named
-        base = rlm_config.kwargs()
+        # every run's configuration: the shared options (keys read once, from the variables
+        # named), a time cap unless one was given, and this command's trace directory
+        rlm_config = opts.config()
+        if rlm_config.budget.max_seconds is None:
+            rlm_config = rlm_config.replace(max_seconds=DEFAULT_MAX_SECONDS)
+        if a.trace_dir:
+            rlm_config = rlm_config.replace(trace_dir=a.trace_dir)
         from recursa.models import resolve_model  # aliases name their specs
         allowed = [resolve_model(s)[0] for s in a.allow_sub_model or []]
         for spec in allowed:         # a sub-model a request may pick must pass the checks too
             check_options(RLMOptions(**{**opts.to_dict(), "model": spec, "sub_model": None,
                                             "prices": opts.prices}))
-
-        def factory(config: Any, spec: Any) -> Any:
-            # the server's shared model clients, so that requests reuse their keep-alive
-            # connections rather than each building (and closing) clients of its own
-            from recursa.core.rlm import RLM
-            sub = spec.sub_model or config.sub_model
-            return RLM(config=rlm_config.replace(
-                model=config.client(config.model, root=True),
-                sub_model=None if sub is None else config.client(sub), **config.limits),
-                trace_dir=config.trace_dir, on_event=spec.on_event)
-
-        cfg = ServerConfig(model=opts.model, sub_model=opts.sub_model, base_url=opts.base_url,
-                           sub_base_url=opts.sub_base_url, sandbox=opts.sandbox, limits=limits,
-                           concurrency=opts.subcall_concurrency,
-                           max_output_chars=opts.max_output_chars, trace_dir=a.trace_dir,
-                           api_key=key, upstream_api_key=base.get("api_key"),
-                           sub_api_key=base.get("sub_api_key"),
-                           client_options={**base.get("client_options", {}),
-                                           **({"prices": base["prices"]}
-                                              if base.get("prices") else {})},
-                           max_runs=a.max_runs,
+        cfg = ServerConfig(rlm=rlm_config, api_key=key, max_runs=a.max_runs,
                            max_request_bytes=int(a.max_request_mb * 1024 * 1024),
                            served_model=a.served_model_name, allowed_sub_models=allowed,
-                           progress=a.progress, rlm_factory=factory,
-                           sessions=a.sessions, session_ttl_s=a.session_ttl,
-                           route=opts.route, route_threshold=opts.route_threshold,
+                           progress=a.progress, sessions=a.sessions, session_ttl_s=a.session_ttl,
                            host=a.host, allow_hosts=list(a.allow_host or []),
                            allow_origins=list(a.allow_origin or []))
         app = create_app(cfg)
     except (RecursaError, ValueError, TypeError, OSError) as e:
         err.print(f"[red]error:[/] {plain(e)}")
         return 2
-    caps = ", ".join(f"{k}={v}" for k, v in sorted(limits.items()))
-    err.print(f"recursa serve: model {_name(cfg.model)}, sub-model {_name(cfg.sub_model)}, "
+    caps = ", ".join(f"{k}={v}" for k, v in
+                     sorted(cfg.rlm.budget.model_dump(exclude_unset=True).items()))
+    models = cfg.rlm.models
+    err.print(f"recursa serve: model {_name(models.model)}, sub-model {_name(models.sub_model)}, "
               f"sandbox {opts.sandbox}; route {opts.route}; caps {caps}; {a.max_runs} concurrent runs; "
               f"auth {'on' if key else 'OFF'}")
     err.print(f"OpenAI base URL: http://{a.host}:{a.port}/v1  (model name '{a.served_model_name}')")

@@ -23,24 +23,19 @@ class RequestError(ValueError):
 
 
 # ---------------------------------------------------------------- exposure
-# Sandboxes that confine nothing but resources: model-written code runs as the server's user,
-# with its files, network and environment. ("limits" is the explicit name of the unconfined
-# local mode; "inprocess" runs the code in the server process itself.)
-UNCONFINED_SANDBOXES = frozenset({"limits", "inprocess", "in-process", "in_process"})
-
-
 def unconfined_on_network(sandbox: object, host: str, is_loopback: bool) -> str | None:
-    """Why serving `sandbox` on `host` is refused, or None. An unconfined sandbox is the
-    server's own account: on a loopback address only its user can reach it, beyond that any
-    client could run code as that user."""
-    if not isinstance(sandbox, str) or sandbox.lower() not in UNCONFINED_SANDBOXES \
-            or is_loopback:
+    """Why serving `sandbox` on `host` is refused, or None. A sandbox whose kind does not
+    isolate (recursa.sandbox.kinds: `isolates=False`, e.g. limits, inprocess) confines nothing
+    but resources: model-written code runs as the server's user, with its files, network and
+    environment. On a loopback address only that user can reach it; beyond, any client could
+    run code as that user."""
+    from recursa.sandbox.kinds import kind_isolates, kind_names
+    if is_loopback or not isinstance(sandbox, str) or kind_isolates(sandbox) is not False:
         return None
     return (f"refusing to serve sandbox {sandbox!r} on {host}: it does not isolate "
             "model-written code (it runs as this user, with this user's files, network and "
             "keys), so every client that can reach the address could run code as you. Use an "
-            "isolating sandbox (local with bubblewrap, docker, modal, e2b, daytona), or serve "
-            "on 127.0.0.1")
+            f"isolating sandbox ({', '.join(kind_names(isolates=True))}), or serve on 127.0.0.1")
 
 
 # ---------------------------------------------------------------- models

@@ -1,7 +1,7 @@
 """An OpenAI-compatible HTTP API in front of an RLM: `/v1/models`, `/v1/chat/completions`.
 
-    app = create_app(ServerConfig(model="openai:gpt-5", sub_model="openai:gpt-5-mini",
-                                  api_key="s3cret", limits={"max_cost_usd": 1.0}))
+    rlm = RLMConfig.build(model="openai:gpt-5", sub_model="openai:gpt-5-mini", max_cost_usd=1.0)
+    app = create_app(ServerConfig(rlm=rlm, api_key="s3cret"))
     serve(app, host="127.0.0.1", port=8000)          # or any ASGI server
 
 The request's final user message is the query (less any document pasted into it); the pasted
@@ -44,9 +44,10 @@ from starlette.types import Receive, Scope, Send
 from recursa.base.images import Image, ImageError, from_content_part, sniff
 from recursa.base.types import ContextError, Event, ModelClient, RecursaError, Result
 from recursa.core.budget import Budget
+from recursa.core.config import RLMConfig
 from recursa.core.preflight import PreflightError
 from recursa.core.rlm import RLM
-from recursa.core.route import ROUTES, check_route, check_threshold
+from recursa.core.route import ROUTES
 from recursa.core.strategy import STRATEGIES
 from recursa.documents.confine import ParseCaps
 from recursa.server.common import Progress, RequestError, clamp_limits, load_model, spend, summary
@@ -80,26 +81,21 @@ class RunSpec:
 
 @dataclass
 class ServerConfig:
-    """Everything the server needs; `limits` are the server's caps (requests may only lower them).
+    """The server: every run's configuration plus the server's own settings.
 
-    `rlm_factory(config, spec) -> RLM` builds one RLM per request; tests inject their own (a
-    scripted model, a counting sandbox). `api_key` is what *clients* must present to this
-    server; the upstream provider's key comes from the usual environment variables.
+    `rlm` (recursa.core.config.RLMConfig) configures every request's RLM: the models, the
+    sandbox, the budget (the server's caps: a request may only lower them), tracing and the
+    strategy, whose `route` decides which requests run the REPL loop (a request may pick
+    another with `recursa.route`). Each request's RLM is `rlm` with the shared model clients,
+    the request's sub-model and its progress hook put in (`default_rlm_factory`);
+    `rlm_factory(config, spec) -> RLM` replaces that (tests inject a scripted model, a counting
+    sandbox). The rest belongs to the server alone: `api_key` is what *clients* must present to
+    this server (the upstream provider's key is `rlm.models.api_key`, else its usual variable),
+    then the address, the pools and the request caps.
     """
 
-    model: str | ModelClient | None = None
-    sub_model: str | ModelClient | None = None
-    base_url: str | None = None
-    sub_base_url: str | None = None
-    sandbox: str | Callable[[], Any] = "local"
-    limits: dict[str, Any] = field(default_factory=dict)
-    concurrency: int = 32                        # sub-calls in flight within one run
-    max_output_chars: int = 8192
-    trace_dir: str | None = None
+    rlm: RLMConfig = field(default_factory=RLMConfig)
     api_key: str | None = None
-    upstream_api_key: str | None = None          # for --base-url endpoints (--api-key-env)
-    sub_api_key: str | None = None               # the sub-model's (--sub-api-key-env)
-    client_options: dict[str, Any] = field(default_factory=dict)   # make_client's, e.g. prices
     max_runs: int = 4                            # runs at once; more get 429
     max_request_bytes: int = 16 * 1024 * 1024
     served_model: str = "recursa"
@@ -109,13 +105,9 @@ class ServerConfig:
     rlm_factory: Callable[[ServerConfig, RunSpec], RLM] | None = None
     # sessions: a conversation whose earlier turns come back continues in the same sandbox
     # (server/sessions.py); at most `sessions` idle ones (0: off), each closed after
-    # `session_ttl_s` unused
+    # `session_ttl_s` unused. A request routed direct skips them.
     sessions: int = 16
     session_ttl_s: float = 600.0
-    # which requests run the REPL loop (recursa.core.route): "rlm" (all), "direct" or "auto";
-    # a request may pick another with `recursa.route`. A direct request skips the sessions.
-    route: str = "rlm"
-    route_threshold: int | None = None
     # who may send requests (server/guard.py): the address the server is bound to decides
     # which Host headers are its own; more names with `allow_hosts`, browser origins with
     # `allow_origins` ("*": any, for either)
@@ -132,34 +124,36 @@ class ServerConfig:
     shared_clients: dict[str, ModelClient] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rlm, RLMConfig):
+            raise TypeError(f"ServerConfig.rlm must be an RLMConfig (RLMConfig.build(model=..., "
+                            f"...)), not {type(self.rlm).__name__}")
         if self.upload_parsers < 1:
             raise ValueError("upload_parsers must be 1 or more")
-        check_route(self.route)
-        check_threshold(self.route_threshold)
         self.parsing = threading.BoundedSemaphore(self.upload_parsers)
 
     def caps(self) -> Budget:
-        return Budget(**self.limits)
+        return self.rlm.budget
 
     def client(self, spec: str | ModelClient | None, *, root: bool = False
                ) -> str | ModelClient | None:
-        """The shared client for a model spec (built on first use), with the endpoint and key
-        RLM itself would give it: the sub-model gets --base-url and the key only when it is of
-        the root's provider."""
+        """The shared client for a model spec (built on first use), with the endpoint, key,
+        options and prices RLM itself would give it: the sub-model gets the root's endpoint
+        and key only when it is of the root's provider."""
         if not isinstance(spec, str):
             return spec
         if spec not in self.shared_clients:
             from recursa.models import make_run_client
+            m = self.rlm.models
             provider = spec.split(":", 1)[0]
-            same = root or (isinstance(self.model, str) and
-                            self.model.split(":", 1)[0] == provider)
-            base_url = self.base_url if root else (self.sub_base_url or
-                                                  (self.base_url if same else None))
-            key = self.upstream_api_key if same else None
-            if not root and self.sub_api_key:
-                key = self.sub_api_key
-            self.shared_clients[spec] = make_run_client(spec, self.client_options,
-                                                        base_url=base_url, api_key=key)
+            same = root or (isinstance(m.model, str) and m.model.split(":", 1)[0] == provider)
+            base_url = m.base_url if root else (m.sub_base_url or (m.base_url if same else None))
+            key = m.api_key if same else None
+            if not root and m.sub_api_key:
+                key = m.sub_api_key
+            options = {**m.client_options, **({"prices": m.prices} if m.prices else {})}
+            self.shared_clients[spec] = make_run_client(
+                spec, options, base_url=base_url,
+                api_key=None if key is None else key.get_secret_value())
         return self.shared_clients[spec]
 
     async def aclose_clients(self) -> None:
@@ -169,22 +163,18 @@ class ServerConfig:
                 await c.aclose()
 
 
+def run_config(config: ServerConfig, spec: RunSpec) -> RLMConfig:
+    """The configuration of one request's RLM: the server's, with its shared model clients,
+    the request's sub-model (if it picked one) and its progress hook."""
+    models = config.rlm.models
+    sub = spec.sub_model or models.sub_model
+    hook = {} if spec.on_event is None else {"on_event": spec.on_event}
+    return config.rlm.replace(model=config.client(models.model, root=True),
+                              sub_model=None if sub is None else config.client(sub), **hook)
+
+
 def default_rlm_factory(config: ServerConfig, spec: RunSpec) -> RLM:
-    from recursa.core.config import (
-        Budget,
-        ModelsConfig,
-        RLMConfig,
-        SandboxConfig,
-        TracingConfig,
-    )
-    sub = spec.sub_model or config.sub_model
-    return RLM(config=RLMConfig(
-        models=ModelsConfig(model=config.client(config.model, root=True),
-                            sub_model=None if sub is None else config.client(sub),
-                            concurrency=config.concurrency),
-        sandbox=SandboxConfig(kind=config.sandbox, max_output_chars=config.max_output_chars),
-        budget=Budget(**config.limits),
-        tracing=TracingConfig(trace_dir=config.trace_dir, on_event=spec.on_event)))
+    return RLM(config=run_config(config, spec))
 
 
 # ---------------------------------------------------------------- errors
@@ -415,7 +405,7 @@ def parse_chat(body: Any, config: ServerConfig) -> ChatRun:
         sub_model = resolve_model(sub_model)[0]
     if sub_model is not None:
         allowed = set(config.allowed_sub_models)
-        for spec in (config.sub_model, config.model):
+        for spec in (config.rlm.models.sub_model, config.rlm.models.model):
             if isinstance(spec, str):
                 allowed.add(spec)
         if not isinstance(sub_model, str) or sub_model not in allowed:
@@ -559,9 +549,8 @@ class RunResponse:
                     rlm.strategy = self.run.strategy
                 if self.run.sources:
                     rlm.sources = True
-                rlm.route = self.run.route or self.config.route
-                if rlm.route_threshold is None:
-                    rlm.route_threshold = self.config.route_threshold
+                if self.run.route is not None:
+                    rlm.route = self.run.route
                 if rlm.route != "rlm":   # decided here too: a direct request needs no session
                     routed = await asyncio.to_thread(rlm.route_for, self.run.query,
                                                      self.run.context, output=self.run.output)
@@ -737,10 +726,13 @@ class _Slots:
 
 
 def create_app(config: ServerConfig) -> Starlette:
-    """The ASGI app. `config.model` may name a scripted model (`replay-file:...`, test-only)."""
-    config.model = load_model(config.model)
-    config.sub_model = load_model(config.sub_model)
-    caps = config.caps()   # fail at start-up, not per request, on bad server limits
+    """The ASGI app. `config.rlm`'s model may name a scripted model (`replay-file:...`,
+    test-only)."""
+    given = config.rlm.models
+    loaded = {k: load_model(getattr(given, k)) for k in ("model", "sub_model")}
+    if any(v is not getattr(given, k) for k, v in loaded.items()):
+        config.rlm = config.rlm.replace(**loaded)
+    caps = config.caps()
     slots = _Slots(config.max_runs)
     if config.sessions < 0:
         raise ValueError("sessions must be 0 (off) or more")

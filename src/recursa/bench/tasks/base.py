@@ -6,11 +6,20 @@ import math
 import random
 import re
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 Context = str | list[str] | dict[str, str]
+
+# What the record-labelling baselines (recursa.bench.record_baselines) find in a family's
+# context, which decides which of them run and how the answer is made:
+#   labelled  records one a line from a snapshot with a labelled dev half (tasks/real.py):
+#             lexicon, embed and the classifier label each record
+#   reviews   synthetic reviews with no labelled half: lexicon and embed label each review
+#             complaint / praise as a negative / positive review (no classifier to train)
+#   document  one document to look passages up in: embed, as retrieval by meaning
+RecordKind = Literal["labelled", "reviews", "document"]
 
 # One documented estimator for every family: ~4 characters per token. tiktoken would be closer
 # for OpenAI models but needs its BPE files from the network on first use, which this
@@ -69,6 +78,8 @@ class Task(ABC):
     # declares them, the registry refuses one that does not
     answer_kinds: ClassVar[tuple[str, ...]]
     default_length: ClassVar[int] = 32_000
+    # what the record baselines can read in its context (RecordKind); None: they do not run
+    record_kind: ClassVar[RecordKind | None] = None
 
     @abstractmethod
     def generate(self, seed: int = 0, length_tokens: int | None = None, **options: Any) -> Instance:

@@ -121,6 +121,7 @@ def score_lookup(prediction: str, require: list[list[str]], forbid: list[str]) -
 class RealDocLookup(Task):
     name: ClassVar[str] = "real_doc_lookup"
     answer_kinds = ("text",)
+    record_kind = "document"
     complexity: ClassVar[str] = "constant"
     description: ClassVar[str] = ("lookup questions over real licence texts (GPL-3, Apache-2.0, "
                                   "MPL-2.0, GFDL-1.3), strict answers")

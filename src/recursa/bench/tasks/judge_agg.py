@@ -77,6 +77,7 @@ def _extreme(c: Counter[str], most: bool) -> str | None:
 class JudgeAgg(Task):
     name = "judge_agg"
     answer_kinds = ("number", "choice")
+    record_kind = "reviews"
     complexity = "linear"
     description = ("Count / compare customer complaints whose sentiment must be judged per "
                    "review; groups (shops, products) equally frequent.")

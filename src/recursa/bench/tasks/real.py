@@ -179,6 +179,7 @@ def records_in(context: str) -> list[tuple[str | None, str]]:
 # ---------------------------------------------------------------- the families
 class _Real(Task):
     complexity = "linear"
+    record_kind = "labelled"
     default_length = 8192
     snapshot: ClassVar[str]
     qtype: ClassVar[str]          # "count" | "most"
