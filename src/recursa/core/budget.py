@@ -208,7 +208,7 @@ class Ledger:
                 return r
             cuttable = cut is not None and r[0] in ("max_cost_usd", "max_tokens")
             if cuttable and not self._could_fit(tokens, cost, subcall):
-                if not any(led._inflight for led in ledgers):
+                if not r[1]._inflight:    # the limiting ledger's calls (its runs' too)
                     smaller = self._cut(cut, subcall) if cut is not None else None
                     if smaller is None:
                         raise BudgetExceeded(self._refused(*r))
