@@ -8,7 +8,9 @@ gpt-5-mini ($0.25 / $2 per 1M tokens in / out). Each program runs once uncapped,
 `--caps` cost limit; a row says how the run ended, whether its answer is the uncapped one, what
 it cost and how many sub-calls ran. A call reserves its worst case (its input plus a 2,048-token
 output cap: ~$0.005 here, ~100x its true cost), so before the patient ledger a cap that held
-only a few worst cases refused the rest of a parallel batch and ended the run with no answer.
+only a few worst cases refused the rest of a parallel batch and ended the run with no answer. And a call
+whose worst case no longer fits beside what is spent goes out with max_tokens cut to the room
+left (at least 256 tokens) instead of being refused.
 Run it with another checkout first on PYTHONPATH to compare.
 """
 

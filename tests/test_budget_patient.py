@@ -137,3 +137,79 @@ def test_a_worst_case_uses_the_calls_real_output_cap():
     assert output_cap(capped, {}, 100) == 300
     assert output_cap(capped, {"max_tokens": 50}, 100) == 50
     assert output_cap(plain, {}, 100) == DEFAULT_OUTPUT_RESERVE
+
+
+# ------------------------------------------------------------------ a call cut to the room left
+def halves(tokens_left, cost_left):
+    """A `cut` that asks for half the cost left (None: nothing, when under $0.001)."""
+    if cost_left is None or cost_left < 0.001:
+        return None
+    return 10, cost_left / 2
+
+
+def test_a_call_past_the_room_left_is_cut_once_nothing_is_in_flight():
+    """$0.006 spent of $0.01: a $0.005 worst case never fits; it waits for the call in flight
+    (whose true cost frees the rest of its reserve), then takes the cut the room allows."""
+    ledger = Ledger(Budget(max_cost_usd=0.01))
+    done = ledger.reserve(tokens=1, cost=0.006, subcall=True)
+    ledger.settle(done, usage=Usage(input_tokens=1), cost=0.006, role="sub", model="m")
+
+    async def main() -> float:
+        flying = ledger.reserve(tokens=1, cost=0.003, subcall=True)
+        waiter = asyncio.create_task(ledger.areserve(tokens=1, cost=0.005, subcall=True,
+                                                     cut=halves))
+        await asyncio.sleep(0.05)
+        assert not waiter.done()               # a cut now would be sized beside a reserve
+        ledger.settle(flying, usage=Usage(input_tokens=1), cost=0.001, role="sub", model="m")
+        r = await asyncio.wait_for(waiter, 2)
+        return r.cost
+
+    assert asyncio.run(main()) == pytest.approx(0.0015)    # half of 0.01 - 0.007
+    assert ledger.exhausted is None
+
+
+def test_a_cut_below_its_floor_is_refused():
+    from recursa.core.dispatch import MIN_CUT_OUTPUT, output_cut
+    from recursa.models.openai_client import OpenAIClient
+    client = OpenAIClient("gpt-5-mini", base_url="http://127.0.0.1:9/v1", api_key="k")
+    cut = output_cut(client, 1000, 2048)
+    tokens, cost = cut(None, 0.003)              # $0.25 / $2 per 1M: 1,375 tokens of output
+    assert tokens == 1000 + 1375 and cost is not None and cost <= 0.003
+    assert cut(None, 0.0008) == (1000 + 275, 0.0008)
+    assert cut(None, 0.0007) is None             # 225 tokens of room: under the floor
+    assert cut(1000 + MIN_CUT_OUTPUT - 1, None) is None
+    assert cut(1600, None)[0] == 1600              # a token limit alone
+    ledger = Ledger(Budget(max_cost_usd=0.0007))
+    with pytest.raises(BudgetExceeded):
+        asyncio.run(ledger.areserve(tokens=3048, cost=0.0043, subcall=True, cut=cut))
+    assert ledger.exhausted == "max_cost_usd"
+
+
+def long_plan_responder(req: dict) -> str:
+    """Root: a long first turn (1,200 words of plan, ~$0.0025 of output) and one sub-call,
+    then the sub-call's answer."""
+    msgs = req["messages"]
+    if not is_root(msgs):
+        return "ok"
+    if not any(m["role"] == "assistant" for m in msgs):
+        return repl("# " + "plan " * 1200 + "\nr = llm_query('part')\nprint(r)")
+    return repl("FINAL(r + ' done')")
+
+
+def test_a_call_whose_worst_case_no_longer_fits_is_sent_with_a_smaller_cap():
+    """A run that costs ~$0.0039 under a $0.005 cap: after the long first turn, neither the
+    sub-call's worst case (2,048 output tokens) nor the next root turn's fits beside what is
+    spent; they used to be refused, ending the run with no answer. Now each goes out with
+    max_tokens cut to what the rest of the cap pays for, and the run answers as uncapped."""
+    with OpenAITestServer(responder=long_plan_responder) as srv:
+        free = RLM(model="openai:test-model", base_url=srv.base_url, api_key="test-key",
+                   sandbox="inprocess", prices=PRICE).completion("q", context="ctx")
+        srv.requests.clear()
+        capped = RLM(model="openai:test-model", base_url=srv.base_url, api_key="test-key",
+                     sandbox="inprocess", prices=PRICE,
+                     max_cost_usd=0.005).completion("q", context="ctx")
+        caps = [r.get("max_tokens") for r in srv.requests]
+    assert free.status == "final" and free.answer == "ok done"
+    assert (capped.status, capped.answer) == ("final", "ok done"), capped.error
+    assert capped.cost_usd is not None and capped.cost_usd <= 0.005
+    assert caps[0] is None and all(c is not None and 256 <= c < 2048 for c in caps[1:]), caps

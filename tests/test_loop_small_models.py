@@ -381,7 +381,7 @@ def test_compaction_of_the_last_turn_and_a_clashing_history_name(tmp_path: Path)
 
 
 def test_a_compaction_before_a_refused_call_is_replayed_too(tmp_path: Path) -> None:
-    from recursa.core.dispatch import output_cap, text_tokens
+    from recursa.core.dispatch import MIN_CUT_OUTPUT, text_tokens
     script = [repl(f"print(context[{i * 900}:{(i + 1) * 900}])") for i in range(8)] + ["KEEP"]
     _, root, run_ = run(script[:-1] + ["FINAL('x')"], tmp_path, window=3000)
     first = next(i for i, t in enumerate(turn_nodes(run_))
@@ -389,10 +389,10 @@ def test_a_compaction_before_a_refused_call_is_replayed_too(tmp_path: Path) -> N
     spent = sum(t.usage.total_tokens for t in turn_nodes(run_)[:first])
     call = root.calls[first]
     est = sum(text_tokens(m["content"]) for m in call) + 4 * len(call)
-    # the budget refuses exactly the call the compaction was made for (its worst case: the
-    # output the window leaves after its input)
+    # the budget refuses exactly the call the compaction was made for (even with its output
+    # cut to the floor a call near a limit is cut to)
     res, root, run_ = run(script, tmp_path, window=3000,
-                          max_tokens=spent + est + output_cap(root, {}, est) - 1)
+                          max_tokens=spent + est + MIN_CUT_OUTPUT - 1)
     assert res.limit == "max_tokens" and len(root.calls) == first + 1
     refused = turn_nodes(run_)[first]
     assert "error" in refused.data and any("compaction" in p.data for p in refused.points)

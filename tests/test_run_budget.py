@@ -238,3 +238,21 @@ def test_process_budget_refuses_a_run_that_cannot_fit_even_after_waiting(totals,
     finally:
         held.close()
     assert wait_until(lambda: HOST.open_runs() == 0)
+
+
+def test_runs_outside_the_process_cgroup_count_by_their_own_usage():
+    """A wasm run's host processes are not in the process's cgroup: where that cgroup measures
+    the total, such a run's lease still counts its own usage beside it."""
+    host = HostBudget(memory=1024 * MB, processes=100)
+    host.measure_with(lambda: 300 * MB, lambda: 10)
+
+    async def main() -> None:
+        inside = await host.acquire(256 * MB, 0, wait=1, what="local", usage=lambda: 999 * MB)
+        outside = await host.acquire(256 * MB, 0, wait=1, what="wasm", usage=lambda: 200 * MB,
+                                     measured=False)
+        assert host.usage() == 500 * MB       # the cgroup's 300 and the wasm run's 200
+        host.release(inside)
+        host.release(outside)
+        assert host.usage() == 300 * MB
+
+    asyncio.run(main())

@@ -33,6 +33,7 @@ from recursa.base.types import ContextPayload, SandboxError
 from recursa.models.replay import ReplayClient
 from recursa.obs.trace import load
 from recursa.sandbox import make_sandbox
+from recursa.sandbox.budgets import HOST, MB, RunTree
 from recursa.sandbox.kinds import kind_names, sandbox_kind
 from recursa.sandbox.wasm import WasmSandbox
 from recursa.sandbox.wasm_runtime import PYTHON_WASI, unavailable_reason, verified_wasm, wasm_path
@@ -296,6 +297,66 @@ def test_a_deep_c_stack_is_a_recursion_error(tmp_path: Path) -> None:
     intact(a)
     assert "RecursionError" in a.feedback
 
+
+
+# ------------------------------------------------------------------ the run's budget
+def _batch_run(factory: Any, child: str, n: int, seen: list[tuple[int, int]]) -> Any:
+    """A root wasm run whose one cell is an rlm_batch of `n` children running `child`;
+    `seen`: the process's open runs and their committed memory at each root/child turn."""
+    root = f"r = rlm_batch([f'child {{i}}' for i in range({n})])\nFINAL(' | '.join(r))"
+
+    def respond(messages):
+        if SYSTEM_MARK not in messages[0]["content"]:
+            return "leaf"
+        seen.append((HOST.open_runs(), HOST.committed()[0]))
+        return repl(child if "child " in messages[1]["content"] else root)
+    return RLM(model=ReplayClient(respond), sandbox=factory, max_depth=1,
+               cell_timeout=60).completion("q", context="ctx")
+
+
+def test_children_share_the_runs_memory_cap_and_host_lease() -> None:
+    """A run at 128 MB whose children's sandboxes ask for 2 GB each: before, every child
+    had its own 2 GB guest and no part in the process's totals; now the run holds one lease
+    in them and each child's guest is capped at the run's 128 MB (a 300 MB allocation is a
+    MemoryError), and the lease goes with the run."""
+    made: list[WasmSandbox] = []
+
+    def factory() -> WasmSandbox:
+        made.append(WasmSandbox(memory_mb=128 if not made else 2048))
+        return made[-1]
+    child = ("try:\n    b = bytearray(300 << 20)\n    FINAL('big')\n"
+             "except MemoryError:\n    FINAL('capped')")
+    before = HOST.open_runs()
+    seen: list[tuple[int, int]] = []
+    res = _batch_run(factory, child, 2, seen)
+    assert res.status == "final" and res.answer == "capped | capped", (res.answer, res.error)
+    assert len(made) == 3 and {sb._guest_mb for sb in made} == {128}
+    assert {runs for runs, _ in seen} == {before + 1}, seen    # children open no run of their own
+    assert all(mem >= 32 * MB for _, mem in seen), seen        # the run's reserve: 128 / 4
+    assert HOST.open_runs() == before
+
+
+@pytest.mark.slow   # ~3.5 s: four children, one to three at a time
+def test_children_beyond_the_runs_memory_wait_or_are_stopped_and_all_answer() -> None:
+    """Four children of a run at 256 MB, each holding 80 MB (plus its host process's own
+    ~45 MB): they cannot all run at once inside the run's cap, so some wait for room or, at
+    the cap, the one started last is stopped and restarted; every child still answers."""
+    made: list[WasmSandbox] = []
+
+    def factory() -> WasmSandbox:
+        made.append(WasmSandbox(memory_mb=256))
+        return made[-1]
+    child = ("import time\nb = bytearray(80 << 20)\nfor i in range(0, len(b), 4096):\n"
+             "    b[i] = 1\ntime.sleep(0.5)\nFINAL('ok')")
+    trees: list[Any] = []
+    orig = RunTree.close
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(RunTree, "close", lambda self: (trees.append(self), orig(self))[1])
+        res = _batch_run(factory, child, 4, [])
+    assert res.status == "final" and res.answer == " | ".join(["ok"] * 4), res.error
+    assert len(trees) == 1, trees                    # one tree for the run and its children
+    assert trees[0].waited + trees[0].stopped >= 1, vars(trees[0])
+    assert trees[0].peak_child >= 80 * MB
 
 # ------------------------------------------------------------------ the protocol
 def test_patching_llm_query_or_the_channel_cannot_exceed_the_budget(tmp_path: Path) -> None:

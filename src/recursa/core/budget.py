@@ -16,6 +16,13 @@ parallel sub-calls under a cap that holds only four worst cases all run, four or
 instead of six failing. A wait ends at the run's deadline. The blocking `reserve` refuses at
 once (the batch ledger asks again itself).
 
+A call may also be cut to fit (`areserve(..., cut=...)`): when its worst case does not fit a
+cost or token limit even with nothing in flight, it waits until nothing is in flight, then
+`cut(tokens_left, cost_left)` may name a smaller worst case that fits the room left (the
+dispatcher lowers the call's max_tokens to what that pays for, down to a floor); only when it
+names none is the call refused. A cut reservation fits beside nothing in flight, so parallel
+calls still never jointly pass a limit.
+
 A cost limit of 0 means no spend at all: even the last-answer turn, which may otherwise pass a
 limit, is refused when it has a price.
 
@@ -33,6 +40,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
@@ -52,6 +60,11 @@ class Budget(BaseModel):
     max_seconds: float | None = Field(None, gt=0, description="wall time of the whole run")
     cell_timeout: float = Field(120.0, gt=0, description="seconds of code time per cell")
     max_consecutive_errors: int = Field(5, ge=1)
+
+
+# (tokens left, cost left) under a run's limits, None where unlimited -> a smaller worst case
+# (tokens, cost) that fits them, or None: see `Ledger.areserve`
+Cut = Callable[[int | None, float | None], tuple[int, float | None] | None]
 
 
 @dataclass
@@ -179,18 +192,29 @@ class Ledger:
         raise BudgetExceeded(self._refused(*r))
 
     async def areserve(self, *, tokens: int, cost: float | None, subcall: bool,
-                       force: bool = False) -> Reservation:
+                       force: bool = False, cut: Cut | None = None) -> Reservation:
         """`reserve`, patient: while the call's worst case does not fit only because of what
         calls in flight have reserved, wait for them to settle and try again. Refused (as
         `reserve` refuses) when it could not fit with nothing in flight; at the deadline,
-        BudgetExceeded("max_seconds")."""
+        BudgetExceeded("max_seconds"). With `cut`, a call that does not fit a cost or token
+        limit even then waits until nothing is in flight and reserves the smaller worst case
+        `cut(tokens_left, cost_left)` names, if any (the reservation's `tokens` and `cost`
+        say which)."""
         while True:
             ledgers = self._chain()
             seen = [led._gen for led in ledgers]
             r = self._try(tokens, cost, subcall, force)
             if isinstance(r, Reservation):
                 return r
-            if not self._could_fit(tokens, cost, subcall):
+            cuttable = cut is not None and r[0] in ("max_cost_usd", "max_tokens")
+            if cuttable and not self._could_fit(tokens, cost, subcall):
+                if not r[1]._inflight:    # the limiting ledger's calls (its runs' too)
+                    smaller = self._cut(cut, subcall) if cut is not None else None
+                    if smaller is None:
+                        raise BudgetExceeded(self._refused(*r))
+                    return smaller
+                # room for a cut is what is left once the calls in flight settle: wait
+            elif not self._could_fit(tokens, cost, subcall):
                 raise BudgetExceeded(self._refused(*r))
             left = self.deadline.left(final=force)
             if left is not None and left <= 0:
@@ -198,6 +222,28 @@ class Ledger:
                                      "max_seconds reached while a call waited for calls in "
                                      "flight to settle")
             await _changed(ledgers, seen, left)
+
+    def _cut(self, cut: Cut, subcall: bool) -> Reservation | None:
+        """The reservation `cut` names for the room the chain has left (nothing in flight),
+        or None when it names none or that does not fit either."""
+        tokens_left: int | None = None
+        cost_left: float | None = None
+        for led in self._chain():
+            b = led.budget
+            with led._lock:
+                if b.max_cost_usd is not None:
+                    if not led._cost_known:
+                        return None
+                    left = b.max_cost_usd - led._cost - led._reserved_cost
+                    cost_left = left if cost_left is None else min(cost_left, left)
+                if b.max_tokens is not None:
+                    n = b.max_tokens - led._tokens - led._reserved_tokens
+                    tokens_left = n if tokens_left is None else min(tokens_left, n)
+        smaller = cut(tokens_left, cost_left)
+        if smaller is None:
+            return None
+        r = self._try(smaller[0], smaller[1], subcall, False)
+        return r if isinstance(r, Reservation) else None
 
     def _chain(self) -> list[Ledger]:
         out: list[Ledger] = []

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from recursa.models.streaming import OnDelta
 
 DEFAULT_OUTPUT_RESERVE = 2048   # tokens reserved for a call that sets no max_tokens
+MIN_CUT_OUTPUT = 256            # a call cut to its run's room keeps at least this many tokens
 TRACE_PROMPT_CHARS = 20_000     # a sub-call prompt is traced up to this size (+ its size and hash)
 
 ChildRunner = Callable[["Node", str, Any], Awaitable[str]]
@@ -86,6 +87,33 @@ def output_cap(client: ModelClient, options: dict[str, Any], input_tokens: int) 
     if caps.context_window:
         cap = min(cap, max(1, caps.context_window - input_tokens))
     return max(1, cap)
+
+
+def output_cut(client: ModelClient, input_tokens: int, output_tokens: int
+               ) -> Callable[[int | None, float | None], tuple[int, float | None] | None]:
+    """The `cut` of a call's reservation (recursa.core.budget.Ledger.areserve): the most
+    output tokens under `output_tokens` that the tokens and cost left pay for beside its input,
+    as (worst-case tokens, worst-case cost); None under MIN_CUT_OUTPUT tokens (a reply too
+    short to be of use) or when the price does not fall with the output."""
+    def cut(tokens_left: int | None, cost_left: float | None) -> tuple[int, float | None] | None:
+        hi = output_tokens - 1
+        if tokens_left is not None:
+            hi = min(hi, tokens_left - input_tokens)
+        floor = MIN_CUT_OUTPUT
+        if hi < floor:
+            return None
+
+        def fits(out: int) -> bool:
+            c = estimate_cost(client, input_tokens, out)
+            return cost_left is None or (c is not None and c <= cost_left)
+        if not fits(floor):
+            return None
+        lo = floor                      # the largest output known to fit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        return input_tokens + lo, estimate_cost(client, input_tokens, lo)
+    return cut
 
 
 def text_tokens(text: str) -> int:
@@ -155,8 +183,13 @@ class Dispatcher:
         # patient: a worst case that does not fit beside the calls in flight waits for them to
         # settle (recursa.core.budget), within the run's time
         async with wall_limit(self.ledger, f"a call to {client.name}", final=force):
+            # a worst case past the room left, with nothing in flight, is cut to fit: the call
+            # goes out with max_tokens lowered to what the room pays for (down to a floor)
             res = await self.ledger.areserve(tokens=est_in + est_out, cost=cost,
-                                             subcall=subcall, force=force)
+                                             subcall=subcall, force=force,
+                                             cut=output_cut(client, est_in, est_out))
+        if res.tokens < est_in + est_out:
+            options["max_tokens"] = res.tokens - est_in
         # a forced call (the root's last-answer turn) runs in the time reserved for it
         remaining = self.ledger.deadline.left(final=force)
         if remaining is not None:

@@ -79,8 +79,13 @@ class TextOverLimit(Exception):
     """Raised by an extractor whose text would pass Extraction.max_chars (before it is made)."""
 
 
-def over_limit(name: str, size: int) -> DocumentError:
-    cap = limits.text_cap(size)
+def over_limit(name: str, size: int, *, held: bool = False) -> DocumentError:
+    cap = limits.text_cap(size, held=held)
+    if held and cap == limits.MAX_LOADED_CHARS:
+        return DocumentError(f"{name}: its text is over {cap:,} characters, the most one "
+                             "document loaded into this process may hold (recursa.documents."
+                             "limits.MAX_LOADED_CHARS; a file given to `recursa run` is "
+                             "streamed to the sandbox instead)")
     if cap == limits.MAX_TEXT_CHARS:
         return DocumentError(f"{name}: its text is over {cap:,} characters "
                              "(recursa.documents.limits.MAX_TEXT_CHARS)")
@@ -93,11 +98,12 @@ def over_limit(name: str, size: int) -> DocumentError:
 
 class _Writer:
     """Counts characters and lines of what passes through, keeps the first PREVIEW_CHARS;
-    refuses text past the document's cap (limits.text_cap of its size)."""
+    refuses text past the document's cap (limits.text_cap of its size; `held`: the text is
+    kept in memory, not streamed)."""
 
-    def __init__(self, emit: Emit, name: str, size: int):
-        self.emit, self.name, self.size = emit, name, size
-        self.cap = limits.text_cap(size)
+    def __init__(self, emit: Emit, name: str, size: int, *, held: bool = False):
+        self.emit, self.name, self.size, self.held = emit, name, size, held
+        self.cap = limits.text_cap(size, held=held)
         self.pos = 0
         self.lines = 1
         self.head: list[str] = []
@@ -108,7 +114,7 @@ class _Writer:
             return
         self.pos += len(s)
         if self.pos > self.cap:
-            raise over_limit(self.name, self.size)
+            raise over_limit(self.name, self.size, held=self.held)
         self.lines += s.count("\n")
         if self.head_len <= PREVIEW_CHARS:
             self.head.append(s[:PREVIEW_CHARS + 1])
@@ -116,10 +122,10 @@ class _Writer:
         self.emit(s)
 
 
-def _run(src: Source, extract: Extractor, kind: str,
-         emit: Emit) -> tuple[Extraction, list[list[Any]], _Writer]:
+def _run(src: Source, extract: Extractor, kind: str, emit: Emit, *,
+         held: bool = False) -> tuple[Extraction, list[list[Any]], _Writer]:
     size = src.size
-    w = _Writer(emit, src.name, size)
+    w = _Writer(emit, src.name, size, held=held)
     info = Extraction(src.name, kind, max_chars=w.cap)
     raw: list[list[Any]] = []
     numbers: Counter[str] = Counter()
@@ -139,14 +145,14 @@ def _run(src: Source, extract: Extractor, kind: str,
             raw.append([piece.kind, numbers[piece.kind], piece.name, start, w.pos,
                         piece.meta or None])
     except TextOverLimit:
-        raise over_limit(src.name, size) from None
+        raise over_limit(src.name, size, held=held) from None
     return info, raw, w
 
 
 def materialize(src: Source, extract: Extractor, kind: str) -> Document:
     """The document in memory."""
     chunks: list[str] = []
-    info, raw, _ = _run(src, extract, kind, chunks.append)
+    info, raw, _ = _run(src, extract, kind, chunks.append, held=True)
     text = "".join(chunks)
     chunks.clear()          # at most two copies of the text at once: the joined one and the
     return Document(text, src.name, kind, raw, info.meta, info.notes)   # Document's own

@@ -389,6 +389,8 @@ def _confined(how: str, request: dict[str, Any], name: str, binds: list[tuple[st
     a crash) is skipped with a note and the rest read again, up to MAX_SKIPS files, within the
     one wall-clock budget."""
     caps = caps or ParseCaps()
+    if stream_to is None:   # all it writes comes back into this process
+        caps = dataclasses.replace(caps, output_mb=min(caps.output_mb, limits.loaded_output_mb()))
     deadline = time.monotonic() + caps.seconds
     skip: dict[str, str] = {}
     while True:
@@ -449,8 +451,12 @@ def _hook(d: dict[str, Any]) -> Any:
 
 
 def _read_value(result: Path, name: str, caps: ParseCaps) -> Any:
+    held = min(caps.output_mb, limits.loaded_output_mb())
+    with contextlib.suppress(OSError):     # a streamed load that came back as a value
+        if result.stat().st_size > held * MB:
+            raise DocumentError(_over_output(name, held))
     try:
-        data = _read_regular(result, caps.output_mb * MB)
+        data = _read_regular(result, held * MB)
         return json.loads(data, object_hook=_hook)
     except (OSError, ValueError, TypeError, images.ImageError) as e:
         raise DocumentError(f"{name}: the confined parser's output cannot be read ({e})") \
@@ -459,6 +465,15 @@ def _read_value(result: Path, name: str, caps: ParseCaps) -> Any:
 
 _ERRORS: dict[str, type[Exception]] = {"MissingExtra": MissingExtra,
                                        "ImageError": images.ImageError}
+
+
+def _over_output(name: str, output_mb: int) -> str:
+    why = ("recursa.documents.limits.PARSE_OUTPUT_MB, env RECURSA_PARSE_OUTPUT_MB"
+           if output_mb != limits.loaded_output_mb() or output_mb >= limits.PARSE_OUTPUT_MB
+           else
+           "what a load keeps in this process: 4 bytes a character of "
+           f"recursa.documents.limits.MAX_LOADED_CHARS ({limits.MAX_LOADED_CHARS:,})")
+    return f"{name}: its text is over the {output_mb:,} MB the parser may write ({why})"
 
 
 def _failure(name: str, caps: ParseCaps, reason: str | None, rc: int,
@@ -480,9 +495,7 @@ def _failure(name: str, caps: ParseCaps, reason: str | None, rc: int,
                                  f"{caps.memory_mb:,} MB of memory (recursa.documents.limits."
                                  "PARSE_MEMORY_MB, env RECURSA_PARSE_MEMORY_MB)")
         if kind == "OutputLimit":
-            return DocumentError(f"{name}: its text is over the {caps.output_mb:,} MB the "
-                                 "parser may write (recursa.documents.limits.PARSE_OUTPUT_MB, "
-                                 "env RECURSA_PARSE_OUTPUT_MB)")
+            return DocumentError(_over_output(name, caps.output_mb))
         return _ERRORS.get(kind, DocumentError)(message)
     if "MemoryError" in err[-300:]:
         return DocumentError(f"{name}: parsing it needed more than its {caps.memory_mb:,} MB "
@@ -493,8 +506,7 @@ def _failure(name: str, caps: ParseCaps, reason: str | None, rc: int,
                              "so it was stopped (recursa.documents.limits.PARSE_CPU_SECONDS, "
                              "env RECURSA_PARSE_CPU_SECONDS)")
     if rc < 0 and -rc == signal.SIGXFSZ:
-        return DocumentError(f"{name}: its text is over the {caps.output_mb:,} MB the parser "
-                             "may write (recursa.documents.limits.PARSE_OUTPUT_MB)")
+        return DocumentError(_over_output(name, caps.output_mb))
     from recursa.sandbox.transport import describe_exit
     tail = err.splitlines()[-1][:300] if err else ""
     return DocumentError(f"{name}: the document parser failed on it ({describe_exit(rc)}"

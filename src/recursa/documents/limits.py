@@ -17,7 +17,11 @@ def _env_int(name: str, default: int) -> int:
 MAX_DOCUMENT_BYTES = 2 * 1024**3      # one document file given on its own (a 500 MB CSV loads)
 MAX_MEMBER_BYTES = 200 * 1024**2      # one document inside a folder or an archive
 MAX_TEXT_FILE_BYTES = 50 * 1024**2    # one plain text file inside a folder
-MAX_TEXT_CHARS = 1_000_000_000        # extracted text of one document
+MAX_TEXT_CHARS = 1_000_000_000        # extracted text of one document streamed to a sandbox
+# Text a load keeps in this process (a library load(), a folder, an archive, an upload, bytes):
+# one document's, and, at 4 bytes a character, what the parser may write back for the whole
+# load. A file given to `recursa run` is streamed to the sandbox instead (MAX_TEXT_CHARS).
+MAX_LOADED_CHARS = 256_000_000
 # Expansion: the text of one document may be at most MAX_TEXT_RATIO characters per byte of its
 # file, once over TEXT_RATIO_FLOOR characters (an 8 KB SQLite file whose generated column makes
 # 500M characters, a 4 KB workbook repeating one huge shared string)
@@ -42,9 +46,17 @@ def mb(n: int) -> str:
     return f"{n / 1024**2:,.1f} MB"
 
 
-def text_cap(size: int) -> int:
-    """The most characters a document of `size` bytes may turn into."""
-    return min(MAX_TEXT_CHARS, max(TEXT_RATIO_FLOOR, MAX_TEXT_RATIO * size))
+def text_cap(size: int, *, held: bool = False) -> int:
+    """The most characters a document of `size` bytes may turn into (`held`: kept in this
+    process, not streamed to a sandbox)."""
+    cap = min(MAX_TEXT_CHARS, max(TEXT_RATIO_FLOOR, MAX_TEXT_RATIO * size))
+    return min(cap, MAX_LOADED_CHARS) if held else cap
+
+
+def loaded_output_mb() -> int:
+    """The most a parser may write back for a load kept in this process: MAX_LOADED_CHARS at
+    up to 4 bytes a character (its JSON, in UTF-8), never more than PARSE_OUTPUT_MB."""
+    return max(1, min(PARSE_OUTPUT_MB, -(-MAX_LOADED_CHARS * 4 // 1024**2)))
 
 
 def values() -> dict[str, int]:

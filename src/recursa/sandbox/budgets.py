@@ -133,6 +133,7 @@ class Lease:
     usage: Callable[[], int] = lambda: 0
     since: float = field(default_factory=time.monotonic)
     released: bool = False
+    measured: bool = True     # its sandboxes sit in the process's cgroup, when that measures
 
 
 class HostBudget:
@@ -182,8 +183,8 @@ class HostBudget:
         """Bytes the process's sandboxes use now."""
         with self._lock:
             measure, leases = self._measure, list(self._leases)
-        if measure is not None:
-            return _safe(measure[0])
+        if measure is not None:    # plus the runs whose sandboxes are outside its group
+            return _safe(measure[0]) + sum(_safe(x.usage) for x in leases if not x.measured)
         return sum(_safe(x.usage) for x in leases)
 
     def tasks(self) -> int:
@@ -239,11 +240,12 @@ class HostBudget:
         return False
 
     async def acquire(self, memory: int, processes: int, *, wait: float, what: str,
-                      usage: Callable[[], int] = lambda: 0) -> Lease:
+                      usage: Callable[[], int] = lambda: 0, measured: bool = True) -> Lease:
         """Admit a run tree whose caps are `memory` bytes and `processes` (its reserve: a
         quarter of each, at least 64 MB / PROCESS_RESERVE); `usage()`: its memory in use,
-        when the process's cgroup does not measure it. See the module docstring for what
-        happens when it does not fit."""
+        when the process's cgroup does not measure it (`measured=False`: it never does, as
+        for the wasm sandbox's host processes). See the module docstring for what happens
+        when it does not fit."""
         mem = min(self.memory, max(RESERVE_MIN, memory // RESERVE_SHARE)) if memory else 0
         procs = min(self.processes, max(PROCESS_RESERVE, processes // RESERVE_SHARE)) \
             if processes else 0
@@ -253,7 +255,7 @@ class HostBudget:
         while True:
             with self._lock:
                 if self._fits(mem, procs):
-                    lease = Lease(mem, procs, what, usage)
+                    lease = Lease(mem, procs, what, usage, measured=measured)
                     self._leases.append(lease)
                     return lease
                 seen = self._gen

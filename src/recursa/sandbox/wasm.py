@@ -12,6 +12,13 @@ Caps: `memory_mb` bounds the guest's linear memory (MemoryError inside); a cell 
 time is stopped by stopping the worker (the guest cannot be interrupted while it computes,
 so its variables are lost, as the cell's message says); `disk_mb` bounds the workspace: over
 it the worker is stopped and the workspace emptied.
+
+Budgets (budgets.py), as for the local sandbox: a top-level run's sandbox commits its cap
+against the process's totals (`HOST`, waiting for room); a child run's sandbox joins the run's
+tree, so the run's sandboxes share its cap: a child's guest memory is capped at the run's,
+children wait for room (`child_slot`), and when the host processes' resident memory summed
+over the run passes its cap, the sandbox started last is stopped. There are no cgroups here:
+the host watches the resident memory of each wasm host process (treelimits.WATCH).
 """
 
 from __future__ import annotations
@@ -27,10 +34,12 @@ from typing import Any
 
 from recursa.base.tempdirs import owned_tempdir
 from recursa.base.types import CallHandler, Cell, ContextPayload, SandboxError
-from recursa.sandbox import wasm_runtime
+from recursa.sandbox import budgets, wasm_runtime
+from recursa.sandbox.budgets import HOST, MB, Member, RunTree
 from recursa.sandbox.protocol import WORKER_PATH
 from recursa.sandbox.session import WorkerSession, startable
 from recursa.sandbox.transport import SubprocessTransport
+from recursa.sandbox.treelimits import WATCH
 
 log = logging.getLogger("recursa.sandbox")
 
@@ -79,6 +88,14 @@ class WasmSandbox:
         self._dir: str | None = None
         self._wasm: Path | None = None
         self._watcher: asyncio.Task[None] | None = None
+        # the run tree this sandbox shares its caps with (budgets.py): its own when it is a
+        # top-level run's, else the one of the run whose REPL started this child run
+        self._tree: RunTree | None = None
+        self._owns_tree = False
+        self._member: Member | None = None
+        self._guest_mb = memory_mb       # the guest's cap: at most its run's
+        self._transport_now: SubprocessTransport | None = None
+        self._watch_key: int | None = None
         self._started = False
         self._closed = False
 
@@ -88,19 +105,31 @@ class WasmSandbox:
                 "--dir", f"{self._dir}:/recursa", "--dir", f"{self.workspace}:/workspace:rw",
                 "--env", "HOME=/workspace", "--env", "TMPDIR=/workspace",
                 "--parent", str(os.getpid())]
-        if self.memory_mb:
-            argv += ["--memory-mb", str(self.memory_mb)]
+        if self._guest_mb:
+            argv += ["--memory-mb", str(self._guest_mb)]
         return [*argv, "--", "-I", "-S", "/recursa/wasm_guest.py"]
 
     def _transport(self) -> SubprocessTransport:
         # The host process gets a bare environment too: it needs none of the caller's.
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-        return SubprocessTransport(self._argv(), env=env, cwd=self.workspace)
+        self._transport_now = SubprocessTransport(self._argv(), env=env, cwd=self.workspace,
+                                                  on_start=self._watch_memory)
+        return self._transport_now
+
+    def _watch_memory(self, pid: int) -> None:
+        """Measure a new incarnation's resident memory (its run's cap is held by _watch)."""
+        if self._watch_key is not None:
+            WATCH.unwatch(self._watch_key)
+        self._watch_key = WATCH.watch(1 << 62, lambda _rss: None, root=pid)
+
+    def _memory_now(self) -> int:
+        return WATCH.rss(self._watch_key) if self._watch_key is not None else 0
 
     async def start(self, payload: ContextPayload, handler: CallHandler) -> None:
         started, self._started = self._started, True     # a failed start is still a start
         context = startable(started, self._closed, payload.path)
         try:
+            tree, member = await self._join_tree()
             self._wasm = await asyncio.to_thread(wasm_runtime.verified_wasm, self.cache_dir)
             await asyncio.to_thread(wasm_runtime.precompile, self._wasm)   # a new wasmtime
             self._dir = owned_tempdir("recursa-wasm-")
@@ -116,40 +145,117 @@ class WasmSandbox:
             if pyc is not None:
                 os.mkdir(os.path.join(self._dir, "__pycache__"))
                 shutil.copyfile(pyc, os.path.join(self._dir, "__pycache__", pyc.name))
+            plain = handler
+
+            async def in_tree(kind: str, args: dict[str, Any]) -> Any:
+                # a child run started by this call joins this run's tree (budgets.CURRENT)
+                token = budgets.CURRENT.set((tree, member))
+                try:
+                    return await plain(kind, args)
+                finally:
+                    budgets.CURRENT.reset(token)
             self.session = WorkerSession(
                 self._transport, context_path="/recursa/context", kind=payload.kind,
-                handler=handler, start_timeout=self.start_timeout,
+                handler=in_tree, start_timeout=self.start_timeout,
                 functions=payload.functions, interrupt_grace=self.interrupt_grace)
+            tree.join(member)
+            if not self._owns_tree:
+                # a child's guest starts when the run has room for one
+                member.need = budgets.RESERVE_MIN
+                await tree.wait_for_room(member)
             await self.session.start()
-            if self.disk_mb:
-                self._watcher = asyncio.create_task(self._watch_disk(self.session))
+            self._watcher = asyncio.create_task(self._watch(self.session))
         except BaseException:
             await self.close()
             raise
+
+    async def _join_tree(self) -> tuple[RunTree, Member]:
+        """Join the run tree of the run whose REPL started this sandbox's run (a child run),
+        or open one of this sandbox's own (a top-level run), committing its cap against the
+        process's totals (waiting for room)."""
+        cur = budgets.CURRENT.get()
+        parent: Member | None = None
+        if cur is not None and not cur[0].closed:
+            self._tree, parent = cur
+        else:
+            mem = min(self.memory_mb * MB, HOST.memory) if self.memory_mb else None
+            self._tree = RunTree(mem, None, host=HOST)
+            self._owns_tree = True
+            if mem:
+                self._tree.lease = await HOST.acquire(
+                    mem, 0, wait=budgets.wait_seconds(), what=self.isolation,
+                    usage=self._tree.usage, measured=False)
+        tree = self._tree
+        if tree.memory and self.memory_mb:
+            self._guest_mb = max(16, min(self.memory_mb, tree.memory // MB))
+        self._member = Member(name=f"wasm sandbox {id(self):x}", parent=parent,
+                              usage=self._memory_now)
+        return tree, self._member
+
+    def _leave_tree(self) -> None:
+        tree, self._tree = self._tree, None
+        if tree is None:
+            return
+        if self._member is not None:
+            tree.leave(self._member)
+        if self._owns_tree:
+            tree.close()
 
     async def run(self, code: str, *, timeout: float, max_output_chars: int) -> Cell:
         if self.session is None or self._closed:
             raise SandboxError("the sandbox is closed" if self._closed
                                else "the sandbox was not started")
+        if self._tree is not None and self._member is not None and self._member.need:
+            await self._tree.wait_for_room(self._member)
         return await self.session.run(code, timeout=timeout, max_output_chars=max_output_chars)
 
-    async def _watch_disk(self, session: WorkerSession) -> None:
+    def _run_memory_reason(self) -> str:
+        tree = self._tree
+        assert tree is not None and tree.memory
+        return (f"the run it belongs to reached its {tree.memory // MB} MB memory limit (host "
+                f"watch), which the run's sandbox and its child runs' share, so this sandbox, "
+                f"the one started last, was stopped")
+
+    async def _watch(self, session: WorkerSession) -> None:
         """WASI has no file-size limit: the host measures the workspace and stops the worker
-        (emptying the workspace) when it passes `disk_mb`."""
-        assert self.disk_mb and self.workspace
-        limit = self.disk_mb << 20
-        while True:
-            await asyncio.sleep(self.disk_poll)
-            if session.starting:
-                continue
-            try:
+        (emptying the workspace) when it passes `disk_mb`. And the run's sandboxes together
+        at the run's memory cap: the one started last is stopped (budgets.py)."""
+        limit = self.disk_mb << 20 if self.disk_mb else 0
+        member = self._member
+        try:
+            while True:
+                await asyncio.sleep(self.disk_poll)
+                transport = self._transport_now
+                up = not (session.starting or transport is None
+                          or transport.returncode is not None)
+                if member is not None:     # only a running guest is stopped at the cap
+                    member.running = up
+                if not up:
+                    continue
+                await self._check(session, member, limit)
+        finally:
+            if member is not None:
+                member.running = False
+
+    async def _check(self, session: WorkerSession, member: Member | None, limit: int) -> None:
+        when = "" if session.in_cell else "between cells, "
+        tree = self._tree
+        try:
+            if tree is not None and member is not None and tree.over() \
+                    and tree.victim() is member:
+                tree.stopped_one(member, self._memory_now())
+                await session.abort(when + self._run_memory_reason())
+                return
+            if limit:
+                assert self.workspace
                 if await asyncio.to_thread(_used_bytes, self.workspace, limit) > limit:
                     when = "" if session.in_cell else "between cells, "
-                    await session.abort(f"{when}its workspace exceeded the {self.disk_mb} MB "
-                                        f"limit, so it was stopped and the workspace emptied")
+                    await session.abort(f"{when}its workspace exceeded the {self.disk_mb} "
+                                        f"MB limit, so it was stopped and the workspace "
+                                        f"emptied")
                     await asyncio.to_thread(self._empty_workspace)
-            except Exception as exc:   # keep watching; the next cell reports a broken worker
-                log.warning("watching the wasm sandbox's workspace failed: %r", exc)
+        except Exception as exc:   # keep watching; the next cell reports a broken worker
+            log.warning("watching the wasm sandbox's limits failed: %r", exc)
 
     def _empty_workspace(self) -> None:
         assert self.workspace
@@ -172,6 +278,10 @@ class WasmSandbox:
             if session is not None:
                 await session.close()
         finally:
+            if self._watch_key is not None:
+                WATCH.unwatch(self._watch_key)
+                self._watch_key = None
+            self._leave_tree()
             for d in (self._dir, self.workspace):
                 if d:
                     shutil.rmtree(d, ignore_errors=True)
