@@ -119,6 +119,9 @@ class InProcessSandbox:
         self._count_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._in_cell = False     # the cell thread runs the cell's code (it may be interrupted)
+        # held to leave the cell and to interrupt it: an interrupt is sent only to a thread that
+        # has not left, so it never lands in a later thread given the same ident
+        self._leaving = threading.Lock()
         self._broken: str | None = None
         self._closed = False
 
@@ -172,21 +175,21 @@ class InProcessSandbox:
                 res = repl.run(code, max_output_chars)
             except BaseException as exc:  # KeyboardInterrupt landing outside user code
                 res = {"error": f"{type(exc).__name__}: {exc}"}
-            self._in_cell = False         # no interrupt is sent from here on
+            while True:                   # no interrupt is sent once the flag has fallen
+                try:
+                    with self._leaving:
+                        self._in_cell = False
+                    break
+                except KeyboardInterrupt:  # one sent just before: it has landed, go on
+                    continue
 
             def deliver() -> None:
                 if not done.done():
                     done.set_result(res)
             # a cell cut at a time limit may finish after its run's loop has closed: nobody
-            # waits for its result any more. An interrupt sent just before the flag fell lands
-            # here; it was meant for the cell, which has ended (a `make test` once saw it escape)
-            for _ in range(2):
-                try:
-                    with contextlib.suppress(RuntimeError):
-                        loop.call_soon_threadsafe(deliver)
-                    break
-                except KeyboardInterrupt:
-                    continue
+            # waits for its result any more
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(deliver)
 
         _routers.acquire()
         t0 = time.perf_counter()
@@ -234,8 +237,9 @@ class InProcessSandbox:
     def _interrupt(self, thread: threading.Thread) -> None:
         """KeyboardInterrupt in the cell's thread while it runs the cell's code; not after, when
         it would land in the hand-over of the result."""
-        if self._in_cell and thread.ident is not None and thread.is_alive():
-            _async_raise(thread.ident, KeyboardInterrupt)
+        with self._leaving:
+            if self._in_cell and thread.ident is not None and thread.is_alive():
+                _async_raise(thread.ident, KeyboardInterrupt)
 
     async def close(self) -> None:
         if self._closed:
