@@ -42,9 +42,10 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from recursa.base.background import BACKGROUND, GROUPS
-from recursa.base.types import SandboxError
+from recursa.base.types import CallHandler, SandboxError
 from recursa.sandbox.treelimits import RunCgroup
 
 log = logging.getLogger("recursa.sandbox")
@@ -528,6 +529,26 @@ CURRENT: contextvars.ContextVar[tuple[RunTree, Member] | None] = contextvars.Con
     "recursa_run_tree", default=None)
 _SLOT: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
     "recursa_child_slot", default=None)
+
+
+async def enter(tree: RunTree, member: Member, child: bool) -> None:
+    """A sandbox joins its run's tree; a child run's waits until the run has room for one
+    (the kernel would refuse its namespaces' memory at the run's cap)."""
+    tree.join(member)
+    if child:
+        member.need = RESERVE_MIN
+        await tree.wait_for_room(member)
+
+
+def in_tree(handler: CallHandler, tree: RunTree, member: Member) -> CallHandler:
+    """`handler`, with a child run started by one of its calls joining this run's tree."""
+    async def handle(kind: str, args: dict[str, Any]) -> Any:
+        token = CURRENT.set((tree, member))
+        try:
+            return await handler(kind, args)
+        finally:
+            CURRENT.reset(token)
+    return handle
 
 
 @contextlib.asynccontextmanager

@@ -734,22 +734,8 @@ class LocalSandbox:
                 self._cg_host = None
                 self.isolation = self._describe()
         assert tree is not None and self._member is not None
-        tree.join(self._member)
-        if not self._owns_tree:
-            # a child's worker starts when the run has room for one (the kernel would refuse
-            # its namespaces' memory at the run's cap)
-            self._member.need = budgets.RESERVE_MIN
-            await tree.wait_for_room(self._member)
-        member, plain = self._member, handler
-
-        async def in_tree(kind: str, args: dict[str, Any]) -> Any:
-            # a child run started by this call joins this run's tree (budgets.CURRENT)
-            token = budgets.CURRENT.set((tree, member))
-            try:
-                return await plain(kind, args)
-            finally:
-                budgets.CURRENT.reset(token)
-        handler = in_tree
+        await budgets.enter(tree, self._member, child=not self._owns_tree)
+        handler = budgets.in_tree(handler, tree, self._member)
         forked = False
         if self.use_zygote:
             try:

@@ -145,24 +145,12 @@ class WasmSandbox:
             if pyc is not None:
                 os.mkdir(os.path.join(self._dir, "__pycache__"))
                 shutil.copyfile(pyc, os.path.join(self._dir, "__pycache__", pyc.name))
-            plain = handler
-
-            async def in_tree(kind: str, args: dict[str, Any]) -> Any:
-                # a child run started by this call joins this run's tree (budgets.CURRENT)
-                token = budgets.CURRENT.set((tree, member))
-                try:
-                    return await plain(kind, args)
-                finally:
-                    budgets.CURRENT.reset(token)
             self.session = WorkerSession(
                 self._transport, context_path="/recursa/context", kind=payload.kind,
-                handler=in_tree, start_timeout=self.start_timeout,
-                functions=payload.functions, interrupt_grace=self.interrupt_grace)
-            tree.join(member)
-            if not self._owns_tree:
-                # a child's guest starts when the run has room for one
-                member.need = budgets.RESERVE_MIN
-                await tree.wait_for_room(member)
+                handler=budgets.in_tree(handler, tree, member),
+                start_timeout=self.start_timeout, functions=payload.functions,
+                interrupt_grace=self.interrupt_grace)
+            await budgets.enter(tree, member, child=not self._owns_tree)
             await self.session.start()
             self._watcher = asyncio.create_task(self._watch(self.session))
         except BaseException:
