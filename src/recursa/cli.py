@@ -116,7 +116,8 @@ def _run(a: argparse.Namespace, notes: Notices) -> int:
                   + (f"  route {res.route}" if res.route == "direct" or a.route == "auto" else "")
                   + (f"  trace {escape(res.trace_path)}" if res.trace_path else "") + "[/]")
         if res.status == "limit":
-            stderr_console().print(f"[yellow]{escape(limit_line(res))}[/]")
+            from recursa.obs.terminal import inert  # its error may quote a model's text
+            stderr_console().print(f"[yellow]{escape(inert(limit_line(res)))}[/]")
         if res.cost_usd is None:
             stderr_console().print("[dim]cost ?: a model has no known price; give one with "
                                    "--price IN/OUT (USD per 1M tokens)[/]")
