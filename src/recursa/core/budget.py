@@ -206,16 +206,15 @@ class Ledger:
             r = self._try(tokens, cost, subcall, force)
             if isinstance(r, Reservation):
                 return r
-            cuttable = cut is not None and r[0] in ("max_cost_usd", "max_tokens")
-            if cuttable and not self._could_fit(tokens, cost, subcall):
+            if not self._could_fit(tokens, cost, subcall):
+                if cut is None or r[0] not in ("max_cost_usd", "max_tokens"):
+                    raise BudgetExceeded(self._refused(*r))
                 if not r[1]._inflight:    # the limiting ledger's calls (its runs' too)
-                    smaller = self._cut(cut, subcall) if cut is not None else None
+                    smaller = self._cut(cut, subcall)
                     if smaller is None:
                         raise BudgetExceeded(self._refused(*r))
                     return smaller
                 # room for a cut is what is left once the calls in flight settle: wait
-            elif not self._could_fit(tokens, cost, subcall):
-                raise BudgetExceeded(self._refused(*r))
             left = self.deadline.left(final=force)
             if left is not None and left <= 0:
                 raise BudgetExceeded(self._refused("max_seconds", self),

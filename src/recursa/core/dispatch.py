@@ -25,7 +25,7 @@ from recursa.base.types import (
     RecursaError,
     StreamingModelClient,
 )
-from recursa.core.budget import Ledger
+from recursa.core.budget import Cut, Ledger
 from recursa.core.context import estimate_tokens
 from recursa.core.pace import Pace
 from recursa.obs.trace import Tracer
@@ -89,8 +89,7 @@ def output_cap(client: ModelClient, options: dict[str, Any], input_tokens: int) 
     return max(1, cap)
 
 
-def output_cut(client: ModelClient, input_tokens: int, output_tokens: int
-               ) -> Callable[[int | None, float | None], tuple[int, float | None] | None]:
+def output_cut(client: ModelClient, input_tokens: int, output_tokens: int) -> Cut:
     """The `cut` of a call's reservation (recursa.core.budget.Ledger.areserve): the most
     output tokens under `output_tokens` that the tokens and cost left pay for beside its input,
     as (worst-case tokens, worst-case cost); None under MIN_CUT_OUTPUT tokens (a reply too

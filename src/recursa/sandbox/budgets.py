@@ -531,6 +531,13 @@ _SLOT: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar(
     "recursa_child_slot", default=None)
 
 
+def current() -> tuple[RunTree, Member] | None:
+    """The run tree, and the sandbox in it, whose REPL made the current call, unless that run
+    has closed: a child run started now belongs to it."""
+    cur = CURRENT.get()
+    return cur if cur is not None and not cur[0].closed else None
+
+
 async def enter(tree: RunTree, member: Member, child: bool) -> None:
     """A sandbox joins its run's tree; a child run's waits until the run has room for one
     (the kernel would refuse its namespaces' memory at the run's cap)."""
@@ -555,8 +562,8 @@ def in_tree(handler: CallHandler, tree: RunTree, member: Member) -> CallHandler:
 async def child_slot() -> AsyncIterator[None]:
     """Wait for room in the current run's budget for one child run and hold it while the
     child runs (nothing to wait for outside a local sandbox's call)."""
-    cur = CURRENT.get()
-    if cur is None or cur[0].closed:
+    cur = current()
+    if cur is None:
         yield
         return
     tree, member = cur

@@ -757,9 +757,9 @@ class LocalSandbox:
         """Join the run tree of the run whose REPL started this sandbox's run (a child run),
         or open one of this sandbox's own (a top-level run): commit its caps against the
         process's totals (waiting for room) and make its control group."""
-        cur = budgets.CURRENT.get()
+        cur = budgets.current()
         parent: Member | None = None
-        if cur is not None and not cur[0].closed:
+        if cur is not None:
             self._tree, parent = cur
         else:
             self._tree = await self._open_tree()

@@ -161,9 +161,9 @@ class WasmSandbox:
         """Join the run tree of the run whose REPL started this sandbox's run (a child run),
         or open one of this sandbox's own (a top-level run), committing its cap against the
         process's totals (waiting for room)."""
-        cur = budgets.CURRENT.get()
+        cur = budgets.current()
         parent: Member | None = None
-        if cur is not None and not cur[0].closed:
+        if cur is not None:
             self._tree, parent = cur
         else:
             mem = min(self.memory_mb * MB, HOST.memory) if self.memory_mb else None
@@ -237,7 +237,6 @@ class WasmSandbox:
             if limit:
                 assert self.workspace
                 if await asyncio.to_thread(_used_bytes, self.workspace, limit) > limit:
-                    when = "" if session.in_cell else "between cells, "
                     await session.abort(f"{when}its workspace exceeded the {self.disk_mb} "
                                         f"MB limit, so it was stopped and the workspace "
                                         f"emptied")
