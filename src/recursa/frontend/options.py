@@ -95,6 +95,7 @@ def _sandbox_kind(text: str) -> str:
 
 
 _int1, _int0 = _number(int, 1), _number(int, 0)
+_pos = _number(float, 0, above=True)
 
 
 def _sandbox_help(default: str) -> str:
@@ -103,7 +104,7 @@ def _sandbox_help(default: str) -> str:
     kinds = ", ".join(f"{k.name} ({'default: ' if k.name == default else ''}{k.description})"
                       for k in SANDBOX_KINDS)
     return f"where model-written code runs: {kinds}, or a kind an installed package adds"
-_pos = _number(float, 0, above=True)
+
 
 OPTIONS: tuple[Opt, ...] = (
     Opt("model", ("--model",), "root model spec, e.g. openai:gpt-5-mini, anthropic:claude-"
